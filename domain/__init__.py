@@ -1,0 +1,1 @@
+"""Domain model and pure transforms: no I/O, no clocks, safe to import from workflow code."""

@@ -1,0 +1,289 @@
+"""The vocabulary every layer shares: plans, messages, sessions, results, reports.
+
+These are plain pydantic v2 models with no Temporal import, so workflow code, activities,
+the session store and the CLI can all use them, and the pydantic data converter can carry
+them across Temporal's payload boundary unchanged.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, model_validator
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class _Frozen(BaseModel):
+    """Immutable value: transforms build new values instead of mutating shared ones."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --------------------------------------------------------------------------- messages
+
+
+class FunctionCall(_Frozen):
+    name: str
+    # The provider hands arguments over as a JSON string; it stays a string so a model
+    # that emits invalid JSON is still representable (and answerable with a tool error).
+    arguments: str = "{}"
+
+
+class ToolCall(_Frozen):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(_Frozen):
+    """One chat message in OpenAI format, plus the store's own deterministic ``id``.
+
+    ``id`` is not sent to providers: it makes appends idempotent (an activity retried
+    after a crash appends the same ids again, and the store ignores them).
+    """
+
+    id: str = ""
+    role: Role
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    @property
+    def has_tool_calls(self) -> bool:
+        return bool(self.tool_calls)
+
+    @property
+    def is_tool_traffic(self) -> bool:
+        """Tool traffic is what a strict provider checks pairing on."""
+        return self.role == "tool" or (self.role == "assistant" and self.has_tool_calls)
+
+    @property
+    def is_plain_assistant(self) -> bool:
+        return self.role == "assistant" and not self.has_tool_calls and bool(self.content)
+
+    def to_openai(self) -> dict[str, Any]:
+        """The dict a provider receives: no store id, no empty optional fields."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [tc.model_dump() for tc in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        return out
+
+    @classmethod
+    def from_openai(cls, data: dict[str, Any], *, id: str = "") -> Message:
+        """Accept a provider/SDK message dict, ignoring fields we do not model."""
+        calls = data.get("tool_calls") or None
+        return cls(
+            id=id,
+            role=data["role"],
+            content=data.get("content"),
+            tool_calls=tuple(ToolCall.model_validate(c) for c in calls) if calls else None,
+            tool_call_id=data.get("tool_call_id"),
+            name=data.get("name"),
+        )
+
+
+# --------------------------------------------------------------------------- usage, errors
+
+
+class Usage(_Frozen):
+    prompt_tokens: NonNegativeInt = 0
+    completion_tokens: NonNegativeInt = 0
+    cost_usd: NonNegativeFloat = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cost_usd=round(self.cost_usd + other.cost_usd, 10),
+        )
+
+    @classmethod
+    def total(cls, usages: Iterable[Usage]) -> Usage:
+        acc = cls()
+        for u in usages:
+            acc = acc + u
+        return acc
+
+
+class ErrorInfo(_Frozen):
+    """What went wrong, as the report and Temporal Web show it: a class name and a line."""
+
+    type: str
+    message: str
+
+
+# --------------------------------------------------------------------------- plans
+
+
+class Budget(_Frozen):
+    max_tokens: NonNegativeInt | None = None
+    max_cost_usd: NonNegativeFloat | None = None
+
+    def exceeded_by(self, used: Usage) -> str | None:
+        """A human sentence naming the exhausted limit, or None while within budget."""
+        if self.max_tokens is not None and used.total_tokens >= self.max_tokens:
+            return f"token budget exhausted: {used.total_tokens} of {self.max_tokens} tokens used"
+        if self.max_cost_usd is not None and used.cost_usd >= self.max_cost_usd:
+            return f"cost budget exhausted: ${used.cost_usd:.4f} of ${self.max_cost_usd:.4f} used"
+        return None
+
+
+class Subtask(_Frozen):
+    id: str = Field(min_length=1)
+    description: str
+    agent: str = "coder"
+    depends_on: tuple[str, ...] = ()
+
+
+class Plan(_Frozen):
+    id: str
+    goal: str = ""
+    session_id: str | None = None
+    max_parallel: int = Field(default=4, ge=1)
+    budget: Budget | None = None
+    subtasks: tuple[Subtask, ...]
+
+    def subtask(self, subtask_id: str) -> Subtask:
+        for s in self.subtasks:
+            if s.id == subtask_id:
+                return s
+        raise KeyError(subtask_id)
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+class SessionMeta(_Frozen):
+    """Session metadata; the messages themselves live in the session store."""
+
+    session_id: str
+    agent: str = "orchestrator"
+    parent_session_id: str | None = None
+    root_session_id: str | None = None
+    depth: NonNegativeInt = 0
+    budget: Budget | None = None
+    ended: bool = False
+
+    @property
+    def root(self) -> str:
+        return self.root_session_id or self.session_id
+
+
+# --------------------------------------------------------------------------- results, reports
+
+
+class SubtaskStatus(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self not in (SubtaskStatus.PENDING, SubtaskStatus.RUNNING)
+
+
+class PlanStatus(enum.StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class SubtaskResult(_Frozen):
+    id: str
+    status: SubtaskStatus
+    agent: str
+    result: str | None = None
+    error: ErrorInfo | None = None
+    llm_calls: NonNegativeInt = 0
+    usage: Usage = Usage()
+
+    @model_validator(mode="after")
+    def _truthful(self) -> SubtaskResult:
+        # Seed 002: "completed" with an error, or without a result, is the lie this
+        # project exists to prevent; make it unrepresentable.
+        if self.status is SubtaskStatus.COMPLETED and (self.error is not None or self.result is None):
+            raise ValueError("a completed subtask has a result and no error")
+        if self.status in (SubtaskStatus.FAILED, SubtaskStatus.SKIPPED) and self.error is None:
+            raise ValueError(f"a {self.status.value} subtask says why (error is required)")
+        return self
+
+
+class Counts(_Frozen):
+    completed: NonNegativeInt = 0
+    failed: NonNegativeInt = 0
+    skipped: NonNegativeInt = 0
+    cancelled: NonNegativeInt = 0
+    pending: NonNegativeInt = 0
+    running: NonNegativeInt = 0
+
+    @property
+    def total(self) -> int:
+        return (
+            self.completed + self.failed + self.skipped + self.cancelled + self.pending + self.running
+        )
+
+    @classmethod
+    def of(cls, statuses: Iterable[SubtaskStatus]) -> Counts:
+        tally = {s.value: 0 for s in SubtaskStatus}
+        for s in statuses:
+            tally[s.value] += 1
+        return cls(**tally)
+
+
+class PlanReport(_Frozen):
+    plan_id: str
+    status: PlanStatus
+    counts: Counts
+    subtasks: tuple[SubtaskResult, ...]
+    usage: Usage = Usage()
+    duration_s: NonNegativeFloat = 0.0
+
+    @model_validator(mode="after")
+    def _counts_add_up(self) -> PlanReport:
+        if self.counts != Counts.of(r.status for r in self.subtasks):
+            raise ValueError("report counts do not match the subtask statuses")
+        return self
+
+    @classmethod
+    def build(
+        cls,
+        plan_id: str,
+        results: Sequence[SubtaskResult],
+        *,
+        duration_s: float = 0.0,
+        cancelled: bool = False,
+    ) -> PlanReport:
+        """The only way reports are made: counts, totals and status derive from results."""
+        counts = Counts.of(r.status for r in results)
+        if counts.failed:
+            status = PlanStatus.FAILED
+        elif cancelled or counts.cancelled:
+            status = PlanStatus.CANCELLED
+        elif counts.pending or counts.running:
+            status = PlanStatus.RUNNING
+        else:
+            status = PlanStatus.COMPLETED
+        return cls(
+            plan_id=plan_id,
+            status=status,
+            counts=counts,
+            subtasks=tuple(results),
+            usage=Usage.total(r.usage for r in results),
+            duration_s=round(duration_s, 3),
+        )
