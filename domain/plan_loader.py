@@ -1,0 +1,624 @@
+"""Plan text and data in, a validated :class:`~domain.models.Plan` out, every problem named.
+
+A person fixing a plan file wants the whole list of what is wrong at once, one line each,
+with a location they can find; so nothing here stops at the first error. The checks run
+twice: in the CLI/client before anything starts, and inside PlanWorkflow (which imports
+:func:`validate_plan`), so this module does no I/O except in :func:`load_plan_file` /
+:func:`read_plan_file`, and every result is deterministic.
+
+Two kinds of rule exist. *Structural* ones (unknown fields, wrong types) only make sense
+for raw data and live in :func:`plan_from_data`. *Semantic* ones (ids, sizes, agents,
+dependencies, cycles) are written once, over a small "facts" view that can come either
+from raw data whose fields passed the type checks or from an already-built Plan.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import uuid
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
+
+from domain.agents_catalog import BUILTIN_AGENTS
+from domain.models import Plan, Subtask
+from domain.scheduling import CYCLE_DISPLAY_LIMIT, find_cycles, format_cycle
+
+MAX_PLAN_BYTES: Final = 4 * 1024 * 1024
+MAX_SUBTASKS: Final = 2000
+MAX_DESCRIPTION_CHARS: Final = 20_000
+MAX_GOAL_CHARS: Final = 20_000
+MAX_DEPENDENCIES: Final = 200
+MIN_PARALLEL: Final = 1
+MAX_PARALLEL: Final = 500
+# Past these, more lines would only bury the first ones, and the problem list also travels
+# in a Temporal failure whose payload must stay small.
+MAX_REPORTED_CYCLES: Final = 20
+MAX_REPORTED_PROBLEMS: Final = 100
+
+# Ids become parts of Temporal workflow ids (``{plan_id}/{subtask_id}``) and snapshot
+# ids (``{session}:{plan}:{subtask}``), so they exclude separators and whitespace.
+ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+ID_RULE: Final = "use 1-128 of A-Z a-z 0-9 _ . - and start with a letter or digit"
+
+_YAML_SUFFIXES: Final = (".yaml", ".yml")
+_QUOTE_LIMIT: Final = 60
+# difflib over thousands of ids for thousands of typos would dominate validation time.
+_SUGGESTION_BUDGET: Final = 50
+
+
+class PlanValidationError(ValueError):
+    """Why a plan was rejected: one human-readable line per problem."""
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems: tuple[str, ...] = tuple(problems)
+        if not self.problems:
+            raise ValueError("PlanValidationError needs at least one problem")
+        super().__init__(*self.problems)
+
+    def __str__(self) -> str:
+        return "\n".join(self.problems)
+
+    def __reduce__(self) -> tuple[type[PlanValidationError], tuple[tuple[str, ...]]]:
+        return (type(self), (self.problems,))
+
+
+def is_valid_id(value: str) -> bool:
+    """Whether ``value`` may be used as a plan or subtask id."""
+    return ID_PATTERN.fullmatch(value) is not None
+
+
+def new_plan_id() -> str:
+    """A fresh plan id for a plan file that has none (client side only: it is random)."""
+    return f"plan-{uuid.uuid4().hex[:12]}"
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_plan_text(text: str, *, source: str = "<plan>") -> dict[str, Any]:
+    """Decode plan text (JSON, or YAML for .yaml/.yml sources and non-JSON-looking text).
+
+    Every problem line starts with ``source`` so it can be found in the file.
+    """
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    if size > MAX_PLAN_BYTES:
+        raise PlanValidationError(
+            [f"{source}: plan is too large ({size} bytes, limit {MAX_PLAN_BYTES})"]
+        )
+    text = text.removeprefix("\ufeff")
+    if not text.strip():
+        raise PlanValidationError(
+            [f"{source}: the plan is empty (expected a JSON or YAML object with 'subtasks')"]
+        )
+    lowered = source.lower()
+    use_yaml = lowered.endswith(_YAML_SUFFIXES) or (
+        not lowered.endswith(".json") and not text.lstrip().startswith("{")
+    )
+    data = _parse_yaml(text, source) if use_yaml else _parse_json(text, source)
+    if not isinstance(data, dict):
+        raise PlanValidationError(
+            [f"{source}: the plan must be an object with 'subtasks', got {_describe(data)}"]
+        )
+    return data
+
+
+def _parse_json(text: str, source: str) -> Any:
+    duplicates: dict[str, None] = {}
+
+    def no_silent_overwrites(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in obj:
+                duplicates[key] = None
+            obj[key] = value
+        return obj
+
+    try:
+        data = json.loads(text, object_pairs_hook=no_silent_overwrites)
+    except json.JSONDecodeError as exc:
+        raise PlanValidationError(
+            [f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"]
+        ) from None
+    except RecursionError:
+        raise PlanValidationError([f"{source}: invalid JSON: nested too deeply"]) from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python converts
+        raise PlanValidationError([f"{source}: invalid JSON: {_one_line(str(exc))}"]) from None
+    if duplicates:
+        raise PlanValidationError(
+            f"{source}: duplicate key {key!r} in one JSON object (only the last would count)"
+            for key in duplicates
+        )
+    return data
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    # Imported here: workflow code imports this module but never parses text.
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        what = exc.problem or exc.context or "malformed document"
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise PlanValidationError([f"{source}: invalid YAML{where}: {what}"]) from None
+    except yaml.YAMLError as exc:
+        raise PlanValidationError([f"{source}: invalid YAML: {_one_line(str(exc))}"]) from None
+    except RecursionError:
+        raise PlanValidationError([f"{source}: invalid YAML: nested too deeply"]) from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python converts
+        raise PlanValidationError([f"{source}: invalid YAML: {_one_line(str(exc))}"]) from None
+
+
+# --------------------------------------------------------------------------- files
+
+
+def read_plan_file(path: str | Path) -> dict[str, Any]:
+    """Read and decode a plan file without building the Plan (the CLI reports on raw data)."""
+    name = str(path)
+    p = Path(path)
+    try:
+        if p.is_dir():
+            raise PlanValidationError([f"{name}: is a directory, not a plan file"])
+        size = p.stat().st_size
+        if size > MAX_PLAN_BYTES:
+            raise PlanValidationError(
+                [f"{name}: plan is too large ({size} bytes, limit {MAX_PLAN_BYTES})"]
+            )
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise PlanValidationError([f"{name}: no such file"]) from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise PlanValidationError([f"{name}: cannot read the file: {reason}"]) from None
+    if len(raw) > MAX_PLAN_BYTES:  # grew between stat and read
+        raise PlanValidationError(
+            [f"{name}: plan is too large ({len(raw)} bytes, limit {MAX_PLAN_BYTES})"]
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PlanValidationError(
+            [f"{name}: not UTF-8 text (invalid byte at offset {exc.start})"]
+        ) from None
+    return parse_plan_text(text, source=name)
+
+
+def load_plan_file(
+    path: str | Path,
+    *,
+    known_agents: Collection[str] = BUILTIN_AGENTS,
+    new_id: Callable[[], str] | None = None,
+) -> Plan:
+    """Read, decode and validate a plan file; every problem line starts with its path."""
+    data = read_plan_file(path)
+    return plan_from_data(data, known_agents=known_agents, new_id=new_id, source=str(path))
+
+
+def plan_to_json(plan: Plan) -> str:
+    """Pretty JSON in model field order that :func:`parse_plan_text` reads back equal."""
+    return json.dumps(plan.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
+
+
+# --------------------------------------------------------------------------- building
+
+# Problems are collected with a group key so the final list reads top to bottom like the
+# file: plan fields first, then each subtask in order, then whole-graph problems.
+_PLAN_GROUP: Final = -1
+_Problem = tuple[int, str]
+
+
+@dataclass(frozen=True, slots=True)
+class _PlanFacts:
+    """Plan-level values that passed type checks (None: absent or already reported)."""
+
+    id: str | None
+    goal: str | None
+    session_id: str | None
+    max_parallel: int | None
+    subtask_count: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _SubtaskFacts:
+    position: int
+    id: str | None
+    description: str | None
+    agent: str | None
+    depends_on: tuple[str, ...] | None
+
+
+def plan_from_data(
+    data: Mapping[str, Any],
+    *,
+    known_agents: Collection[str] = BUILTIN_AGENTS,
+    new_id: Callable[[], str] | None = None,
+    source: str | None = None,
+) -> Plan:
+    """Build a Plan from decoded data, or raise PlanValidationError listing every problem.
+
+    ``id`` absent (or null) is filled by ``new_id`` (default :func:`new_plan_id`); a
+    subtask without ``agent`` runs as ``coder``. ``source`` prefixes every problem line.
+    """
+    if not isinstance(data, Mapping):
+        raise PlanValidationError(
+            [_prefixed(source, f"the plan must be an object, got {_describe(data)}")]
+        )
+    problems: list[_Problem] = []
+
+    header = {k: v for k, v in data.items() if k != "subtasks" and not (k == "id" and v is None)}
+    values, header_problems = _check_object(header, Plan, handled={"subtasks"}, optional={"id"})
+    problems.extend((_PLAN_GROUP, p) for p in header_problems)
+    if "id" not in header:
+        values["id"] = (new_id or new_plan_id)()
+
+    subtask_values: list[dict[str, Any]] = []
+    subtask_facts: list[_SubtaskFacts] = []
+    raw_subtasks = data.get("subtasks")
+    if "subtasks" not in data:
+        problems.append((_PLAN_GROUP, "missing required field 'subtasks' (a list of subtasks)"))
+    elif not isinstance(raw_subtasks, list | tuple):
+        problems.append((_PLAN_GROUP, f"subtasks: must be a list, got {_describe(raw_subtasks)}"))
+    elif len(raw_subtasks) <= MAX_SUBTASKS:  # beyond that, "too many" is the one problem
+        for position, raw in enumerate(raw_subtasks):
+            sub_values, sub_problems = _check_subtask(raw)
+            where = _where(position, raw.get("id") if isinstance(raw, Mapping) else None)
+            problems.extend((position, f"{where}: {p}") for p in sub_problems)
+            subtask_values.append(sub_values)
+            subtask_facts.append(_subtask_facts(position, sub_values))
+
+    plan_facts = _PlanFacts(
+        id=values.get("id"),
+        goal=values.get("goal"),
+        session_id=values.get("session_id"),
+        max_parallel=values.get("max_parallel"),
+        subtask_count=len(raw_subtasks) if isinstance(raw_subtasks, list | tuple) else None,
+    )
+    problems.extend(_semantic_problems(plan_facts, subtask_facts, known_agents))
+    if problems:
+        raise PlanValidationError(_prefixed(source, line) for line in _ordered(problems))
+    try:
+        return Plan.model_validate({**values, "subtasks": subtask_values})
+    except ValidationError as exc:  # a model constraint the rules above do not mirror
+        lines = [line for err in exc.errors() for line in _explain_error(err, "")]
+        raise PlanValidationError(_prefixed(source, line) for line in lines) from None
+
+
+def validate_plan(plan: Plan, *, known_agents: Collection[str] = BUILTIN_AGENTS) -> list[str]:
+    """Semantic problems of an already-built Plan (empty when valid); pure, deterministic."""
+    plan_facts = _PlanFacts(
+        id=plan.id,
+        goal=plan.goal,
+        session_id=plan.session_id,
+        max_parallel=plan.max_parallel,
+        subtask_count=len(plan.subtasks),
+    )
+    subtask_facts = [
+        _SubtaskFacts(i, s.id, s.description, s.agent, tuple(s.depends_on))
+        for i, s in enumerate(plan.subtasks)
+    ]
+    return _ordered(_semantic_problems(plan_facts, subtask_facts, known_agents))
+
+
+def _check_subtask(raw: Any) -> tuple[dict[str, Any], list[str]]:
+    if not isinstance(raw, Mapping):
+        return {}, [f"must be an object, got {_describe(raw)}"]
+    return _check_object(raw, Subtask)
+
+
+def _subtask_facts(position: int, values: Mapping[str, Any]) -> _SubtaskFacts:
+    return _SubtaskFacts(
+        position=position,
+        id=values.get("id"),
+        description=values.get("description"),
+        agent=values.get("agent"),
+        depends_on=values.get("depends_on"),
+    )
+
+
+def _ordered(problems: list[_Problem]) -> list[str]:
+    lines = [line for _, line in sorted(problems, key=lambda p: p[0])]
+    if len(lines) > MAX_REPORTED_PROBLEMS:
+        hidden = len(lines) - MAX_REPORTED_PROBLEMS
+        lines = [*lines[:MAX_REPORTED_PROBLEMS], f"... and {hidden} more problems not listed"]
+    return lines
+
+
+def _prefixed(source: str | None, line: str) -> str:
+    return f"{source}: {line}" if source else line
+
+
+# --------------------------------------------------------------------------- structural rules
+
+
+def _check_object(
+    raw: Mapping[Any, Any],
+    model: type[BaseModel],
+    *,
+    handled: Collection[str] = (),
+    optional: Collection[str] = (),
+) -> tuple[dict[str, Any], list[str]]:
+    """Type-check each field of ``raw`` against ``model`` on its own.
+
+    Returns the values that passed (defaults filled in for absent optional fields) and one
+    problem line per failure, so a bad field neither hides the others nor makes the
+    semantic rules report it a second time. Range rules are left to the semantic pass.
+    """
+    fields = model.model_fields
+    problems = [_unknown_field(key, fields) for key in raw if key not in fields]
+    values: dict[str, Any] = {}
+    for name, info in fields.items():
+        if name in handled:
+            continue
+        if name not in raw:
+            if not info.is_required():
+                values[name] = info.get_default(call_default_factory=True)
+            elif name not in optional:
+                problems.append(f"missing required field {name!r}")
+            continue
+        value = raw[name]
+        # Strict mode keeps "4" from passing as 4 and true as 1; JSON lists arrive as lists.
+        if isinstance(value, list):
+            value = tuple(value)
+        try:
+            values[name] = _field_adapter(model, name).validate_python(value, strict=True)
+        except ValidationError as exc:
+            for err in exc.errors():
+                problems.extend(_explain_error(err, name, _nested_model(info.annotation)))
+    return values, problems
+
+
+@cache
+def _field_adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
+    annotation = model.model_fields[name].annotation
+    if annotation is None:  # pydantic always resolves it for a defined model
+        raise TypeError(f"{model.__name__}.{name} has no type annotation")
+    return TypeAdapter(annotation)
+
+
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    candidates = (annotation, *getattr(annotation, "__args__", ()))
+    for candidate in candidates:
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _unknown_field(key: Any, fields: Collection[str]) -> str:
+    if not isinstance(key, str):
+        return f"unknown field {_quote(key)} (field names are strings)"
+    close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
+    if close:
+        return f"unknown field {_quote(key)} (did you mean {close[0]!r}?)"
+    return f"unknown field {_quote(key)} (known fields: {', '.join(fields)})"
+
+
+_TYPE_PHRASES: Final[Mapping[str, str]] = {
+    "int_type": "must be an integer",
+    "int_from_float": "must be an integer",
+    "int_parsing": "must be an integer",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "finite_number": "must be a finite number",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "tuple_type": "must be a list",
+    "list_type": "must be a list",
+    "model_type": "must be an object",
+    "dict_type": "must be an object",
+    "model_attributes_type": "must be an object",
+}
+
+
+def _explain_error(
+    err: ErrorDetails, field: str, nested: type[BaseModel] | None = None
+) -> list[str]:
+    """One readable line for one pydantic error: ``path: what is wrong, got what``."""
+    loc = err["loc"]
+    path = field + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
+    path = path.lstrip(".")
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    if kind == "extra_forbidden" and loc:
+        parent = path.rsplit(".", 1)[0] if "." in path else ""
+        known = nested.model_fields if nested is not None else ()
+        return [_prefixed(parent, _unknown_field(loc[-1], known))]
+    if kind == "missing" and loc:
+        parent = path.rsplit(".", 1)[0] if "." in path else ""
+        return [_prefixed(parent, f"missing required field {loc[-1]!r}")]
+    if kind in _TYPE_PHRASES:
+        phrase = _TYPE_PHRASES[kind]
+    elif kind == "greater_than_equal":
+        phrase = "must not be negative" if ctx.get("ge") == 0 else f"must be at least {ctx['ge']}"
+    elif kind == "greater_than":
+        phrase = f"must be greater than {ctx['gt']}"
+    elif kind == "less_than_equal":
+        phrase = f"must be at most {ctx['le']}"
+    elif kind == "string_too_short":
+        phrase = "must not be empty"
+    elif kind == "string_too_long":
+        phrase = f"must be at most {ctx['max_length']} characters"
+    else:
+        message = _one_line(err["msg"])
+        phrase = message[:1].lower() + message[1:]
+    return [_prefixed(path, f"{phrase}, got {_describe(err['input'])}")]
+
+
+# --------------------------------------------------------------------------- semantic rules
+
+
+def _semantic_problems(
+    plan: _PlanFacts, subtasks: Sequence[_SubtaskFacts], known_agents: Collection[str]
+) -> list[_Problem]:
+    problems = _plan_field_problems(plan)
+    first_position: dict[str, int] = {}
+    for s in subtasks:
+        if s.id is None:
+            continue
+        where = _where(s.position, s.id)
+        if not is_valid_id(s.id):
+            problems.append((s.position, f"{where}: invalid id {_quote(s.id)} ({ID_RULE})"))
+        if s.id in first_position:
+            first = first_position[s.id]
+            problems.append(
+                (
+                    s.position,
+                    f"{where}: duplicate id {_quote(s.id)} (first used by subtasks[{first}])",
+                )
+            )
+        else:
+            first_position[s.id] = s.position
+    suggestions = _Suggester(first_position)
+    for s in subtasks:
+        where = _where(s.position, s.id)
+        problems.extend((s.position, f"{where}: {p}") for p in _subtask_problems(s, known_agents))
+        problems.extend(
+            (s.position, f"{where}: {p}")
+            for p in _dependency_problems(s, first_position, suggestions)
+        )
+    problems.extend(_cycle_problems(subtasks, graph_group=len(subtasks)))
+    return problems
+
+
+def _plan_field_problems(plan: _PlanFacts) -> list[_Problem]:
+    out: list[str] = []
+    if plan.id is not None and not is_valid_id(plan.id):
+        out.append(f"id: invalid plan id {_quote(plan.id)} ({ID_RULE})")
+    if plan.goal is not None and len(plan.goal) > MAX_GOAL_CHARS:
+        out.append(f"goal: too long ({len(plan.goal)} characters, limit {MAX_GOAL_CHARS})")
+    if plan.session_id is not None and not plan.session_id.strip():
+        out.append("session_id: must not be blank (omit it to start a new session)")
+    if plan.max_parallel is not None and not MIN_PARALLEL <= plan.max_parallel <= MAX_PARALLEL:
+        out.append(
+            f"max_parallel: must be between {MIN_PARALLEL} and {MAX_PARALLEL}, "
+            f"got {plan.max_parallel}"
+        )
+    if plan.subtask_count == 0:
+        out.append("subtasks: the plan has no subtasks (at least one is required)")
+    elif plan.subtask_count is not None and plan.subtask_count > MAX_SUBTASKS:
+        out.append(f"subtasks: too many ({plan.subtask_count}, limit {MAX_SUBTASKS})")
+    return [(_PLAN_GROUP, line) for line in out]
+
+
+def _subtask_problems(s: _SubtaskFacts, known_agents: Collection[str]) -> list[str]:
+    out: list[str] = []
+    if s.description is not None:
+        if not s.description.strip():
+            out.append("description is empty")
+        elif len(s.description) > MAX_DESCRIPTION_CHARS:
+            out.append(
+                f"description is too long ({len(s.description)} characters, "
+                f"limit {MAX_DESCRIPTION_CHARS})"
+            )
+    if s.agent is not None and s.agent not in known_agents:
+        known = sorted(known_agents)
+        close = difflib.get_close_matches(s.agent, known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        out.append(f"unknown agent {_quote(s.agent)} ({hint}known agents: {', '.join(known)})")
+    return out
+
+
+class _Suggester:
+    """did-you-mean hints for unknown dependency ids, within a fixed work budget."""
+
+    def __init__(self, ids: Collection[str]) -> None:
+        self._ids = list(ids)
+        self._left = _SUGGESTION_BUDGET
+
+    def hint(self, unknown: str) -> str:
+        if self._left <= 0:
+            return ""
+        self._left -= 1
+        close = difflib.get_close_matches(unknown, self._ids, n=1, cutoff=0.6)
+        return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _dependency_problems(
+    s: _SubtaskFacts, known_ids: Mapping[str, int], suggestions: _Suggester
+) -> list[str]:
+    if s.depends_on is None:
+        return []
+    if len(s.depends_on) > MAX_DEPENDENCIES:
+        return [f"too many dependencies ({len(s.depends_on)}, limit {MAX_DEPENDENCIES})"]
+    out: list[str] = []
+    seen: set[str] = set()
+    repeated: dict[str, None] = {}
+    for dep in s.depends_on:
+        if dep in seen:
+            repeated[dep] = None
+            continue
+        seen.add(dep)
+        if dep == s.id:
+            out.append(f"depends on itself (cycle: {format_cycle([dep])})")
+        elif dep not in known_ids:
+            out.append(f"unknown dependency {_quote(dep)}{suggestions.hint(dep)}")
+    out.extend(f"depends_on lists {_quote(dep)} more than once" for dep in repeated)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Edges:
+    id: str
+    depends_on: tuple[str, ...]
+
+
+def _cycle_problems(subtasks: Sequence[_SubtaskFacts], *, graph_group: int) -> list[_Problem]:
+    # Self-dependencies are reported on their own subtask by _dependency_problems.
+    nodes = [
+        _Edges(s.id, tuple(d for d in s.depends_on or () if d != s.id))
+        for s in subtasks
+        if s.id is not None
+    ]
+    cycles = find_cycles(nodes, limit=MAX_REPORTED_CYCLES + 1)
+    lines = [
+        f"cycle: {format_cycle(c, limit=CYCLE_DISPLAY_LIMIT)}" for c in cycles[:MAX_REPORTED_CYCLES]
+    ]
+    if len(cycles) > MAX_REPORTED_CYCLES:
+        lines.append(f"cycle: more cycles exist; only the first {MAX_REPORTED_CYCLES} are listed")
+    return [(graph_group, line) for line in lines]
+
+
+# --------------------------------------------------------------------------- wording
+
+
+def _where(position: int, subtask_id: Any) -> str:
+    if isinstance(subtask_id, str) and subtask_id:
+        return f"subtasks[{position}] (id {_quote(subtask_id)})"
+    return f"subtasks[{position}]"
+
+
+def _quote(value: object) -> str:
+    """repr, shortened: values come from user files and one line must stay one line."""
+    if isinstance(value, str):
+        return repr(value[:_QUOTE_LIMIT]) + ("…" if len(value) > _QUOTE_LIMIT else "")
+    text = repr(value)
+    return text[:_QUOTE_LIMIT] + "…" if len(text) > _QUOTE_LIMIT else text
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _describe(value: Any) -> str:
+    """How a value reads in a problem line, in plan-file (JSON) terms."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return _quote(value)
+    if isinstance(value, str):
+        return f"a string ({_quote(value)})"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "an object"
+    return f"a {type(value).__name__}"

@@ -1,0 +1,7 @@
+"""``python -m starter``: the same command line as the ``dplan`` console script."""
+
+from __future__ import annotations
+
+from starter.cli import main
+
+raise SystemExit(main())
