@@ -1,0 +1,81 @@
+"""Message <-> row encoding shared by every backend.
+
+Both backends store a message as one compact JSON text (the whole ``Message``, id
+included) next to a few plain columns the SQL needs (``id`` for idempotent appends,
+``is_result`` for ``restore(keep_last_result=True)``). Keeping the encoding in one place
+is what makes the SQLite and PostgreSQL stores byte-for-byte interchangeable, and lets
+snapshot/restore copy rows server-side without ever decoding them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from domain.models import Message, SessionMeta
+from session_store.base import MessageIdRequired
+
+
+class Row(NamedTuple):
+    """One message as the tables hold it (minus the session id and ``seq``)."""
+
+    id: str
+    is_result: bool
+    body: str
+
+
+def encode(message: Message) -> Row:
+    # exclude_none keeps bodies small; every omitted field defaults to None on decode,
+    # so the round trip stays exact.
+    return Row(message.id, message.is_plain_assistant, message.model_dump_json(exclude_none=True))
+
+
+def decode(body: str) -> Message:
+    # Validation stays on: a body edited by hand or by a future version must fail loudly
+    # here rather than produce a message a provider will reject later.
+    return Message.model_validate_json(body)
+
+
+def decode_all(bodies: Iterable[str]) -> list[Message]:
+    return [decode(b) for b in bodies]
+
+
+def encode_meta(meta: SessionMeta) -> str:
+    return meta.model_dump_json()
+
+
+def decode_meta(text: str) -> SessionMeta:
+    return SessionMeta.model_validate_json(text)
+
+
+def require_ids(messages: Sequence[Message]) -> None:
+    """Refuse a batch with any id-less message before anything is written."""
+    for index, message in enumerate(messages):
+        if not message.id:
+            raise MessageIdRequired(
+                f"message {index} ({message.role}) has no id; appends need deterministic ids "
+                "so a retried activity does not duplicate messages"
+            )
+
+
+def rows_for_append(messages: Sequence[Message]) -> list[Row]:
+    """Encoded rows in order, each id once (the first occurrence wins within a batch)."""
+    require_ids(messages)
+    seen: set[str] = set()
+    rows: list[Row] = []
+    for message in messages:
+        if message.id not in seen:
+            seen.add(message.id)
+            rows.append(encode(message))
+    return rows
+
+
+def rows_for_replace(messages: Sequence[Message]) -> list[Row]:
+    """Encoded rows for a whole new history, whose ids must already be unique."""
+    require_ids(messages)
+    seen: set[str] = set()
+    for message in messages:
+        if message.id in seen:
+            raise ValueError(f"duplicate message id in replacement history: {message.id!r}")
+        seen.add(message.id)
+    return [encode(m) for m in messages]

@@ -1,0 +1,64 @@
+"""Shared fixtures.
+
+Session stores: ``store`` runs a test once per backend. PostgreSQL tests use a fresh
+schema per test (dropped afterwards) in the database named by ``DPLAN_TEST_PG_DSN``, and
+are skipped, with the reason, when that server cannot be reached.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from session_store import SessionStore
+from session_store.factory import describe_store_target, open_session_store
+
+PG_DSN_ENV = "DPLAN_TEST_PG_DSN"
+DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+OpenStore = Callable[[], Awaitable[SessionStore]]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """A target string for ``open_session_store`` naming an empty store of one backend."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "store" / "sessions.db")
+        return
+    asyncpg = pytest.importorskip("asyncpg")
+    dsn = os.environ.get(PG_DSN_ENV, DEFAULT_PG_DSN)
+    try:
+        admin = await asyncpg.connect(dsn, timeout=5)
+    except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
+        pytest.skip(f"PostgreSQL not reachable at {describe_store_target(dsn)}: {exc}")
+    schema = f"t_{uuid.uuid4().hex}"
+    separator = "&" if "?" in dsn else "?"
+    try:
+        yield f"{dsn}{separator}schema={schema}"
+    finally:
+        await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await admin.close()
+
+
+@pytest.fixture
+async def open_store(store_target: str) -> AsyncIterator[OpenStore]:
+    """Opens more stores on the same target (other connections, as another worker would)."""
+    opened: list[SessionStore] = []
+
+    async def _open() -> SessionStore:
+        store = await open_session_store(store_target)
+        opened.append(store)
+        return store
+
+    yield _open
+    for store in opened:
+        await store.close()
+
+
+@pytest.fixture
+async def store(open_store: OpenStore) -> SessionStore:
+    return await open_store()
