@@ -1,0 +1,563 @@
+"""A local OpenAI-compatible chat server that behaves like a strict, fallible provider.
+
+The test-suite and the benchmarks reach it through litellm with ``api_base``, so the real
+request path (litellm → HTTP → provider → exception mapping) is exercised without network.
+It validates like a strict provider (``domain.tool_ids.strict_violations``: orphaned tool
+message, unanswered call, reused ``tool_call_id`` → HTTP 400, recorded in ``rejections``),
+answers through a pluggable scenario (``tests.support.fake_scenario``), and records every
+request so tests can assert what the orchestrator sent and how often.
+
+In process::
+
+    async with FakeProvider(latency_ms=0) as p:
+        await litellm.acompletion(model="openai/fake", api_base=p.base_url, ...)
+
+As its own process (crash tests SIGKILL workers while the provider must live on; the
+request log is JSONL, one line per answered request, so another process can count)::
+
+    python -m tests.support.fake_provider --port 0 --latency-ms 500 --log requests.jsonl
+
+It prints ``READY <base_url>`` on stdout once listening. ``FakeProviderProcess`` wraps that.
+
+Directive grammar (``AgentScenario``)
+-------------------------------------
+Directives are bracketed words in the LAST user message, so a plan's subtask description
+can steer the model. Several may be combined; unknown bracketed words are plain text.
+"This conversation" is keyed by the system messages plus the first and last user
+message, which stay the same across retries and across the turns of one agent loop.
+
+    [fail:KIND(:OPT)*]     every request of the conversation gets the fault KIND
+    [flaky:KINDxN(:OPT)*]  the first N requests of the conversation get it, later ones
+                           are answered normally (retries recover)
+        KIND := an HTTP status (400, 401, 403, 404, 409, 422, 429, 500, 502, 503, ...)
+              | drop           close the connection without answering
+              | empty-choices  200 with "choices": []
+              | bad-json       200 with a truncated JSON body
+        OPT  := context        400 worded as context_length_exceeded
+              | content-policy 400 worded as content_policy_violation
+              | retry-after=S | retry-after-ms=MS   headers (a bare 429 says retry-after: 1)
+    [drop] [empty-choices] [bad-json]   shorthands for [fail:drop] etc.
+    [slow:MS]              wait MS milliseconds before every answer (timeouts)
+    [slow:MSxN]            ... before the first N answers only
+    [turns:N]              N tool-call turns before the final answer (default 1)
+    [dup-ids]              the tool-call turn returns two calls sharing one id
+    [bad-args]             the tool call's arguments are invalid JSON
+    [unknown-tool]         the tool call names a tool that was not offered
+
+Examples: ``Fix the build [flaky:500x2]``, ``Summarise [fail:400:context]``,
+``Look around [flaky:429x1:retry-after-ms=1500]``.
+
+Without directives the agent is realistic and deterministic: offered tools and no tool
+call yet since the last user message → ONE call (``list_dir {"path": "."}``, else
+``read_file``, else the first tool) with the id ``call_abc123`` every time, like the
+careless model of seed 000; after the tool result → ``Done: <task>. Based on the tool
+result: <first 200 chars>``; without tools → ``Done: <task>.``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import importlib
+import json
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Literal
+
+from aiohttp import web
+
+from activities.scripted_model import CARELESS_TOOL_CALL_ID
+from domain.tool_ids import strict_violations
+from tests.support.fake_scenario import (
+    AgentScenario,
+    ChatRequest,
+    Completion,
+    DropConnection,
+    HttpError,
+    RawBody,
+    Reply,
+    Scenario,
+    conversation_key,
+    usage_for,
+)
+
+__all__ = [
+    "FakeProvider",
+    "FakeProviderProcess",
+    "RecordedRequest",
+    "identical_counts",
+    "read_request_log",
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+Kind = Literal["pending", "completion", "http_error", "raw", "dropped", "rejected"]
+
+
+@dataclass
+class RecordedRequest:
+    """What arrived and what the fake did about it; mutable only until it is answered."""
+
+    seq: int
+    arrived: float  # time.time(), comparable across processes
+    path: str
+    body_hash: str  # sha256 of the canonical JSON body (or of the raw bytes if not JSON)
+    model: str | None = None
+    conversation: str | None = None
+    n_messages: int = 0
+    status: int | None = None  # HTTP status sent; None while pending or when dropped
+    kind: Kind = "pending"
+    reason: str | None = None  # why it was rejected, for rejections
+    delivered: bool = False  # the client was still connected when the answer went out
+    finished: float | None = None
+    # The parsed JSON body, so tests can inspect exactly what the orchestrator sent.
+    body: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def completed(self) -> bool:
+        """A successful completion the client received: repeating one wastes a paid call."""
+        return self.kind == "completion" and self.delivered
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        messages = (self.body or {}).get("messages")
+        return messages if isinstance(messages, list) else []
+
+    def to_json(self, *, with_body: bool = False) -> dict[str, Any]:
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if with_body or f.name != "body"
+        }
+
+
+def body_hash(body: Any) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def identical_counts(
+    records: Iterable[Mapping[str, Any]] | Iterable[RecordedRequest],
+    *,
+    completed_only: bool = False,
+) -> dict[str, int]:
+    """How many times each identical body arrived (body hash → count).
+
+    ``completed_only`` counts only delivered completions: a crash test asserts every count
+    is 1, i.e. no LLM call that finished was made again after a worker was killed.
+    """
+    counts: Counter[str] = Counter()
+    for r in records:
+        if isinstance(r, RecordedRequest):
+            completed, digest = r.completed, r.body_hash
+        else:
+            completed = r.get("kind") == "completion" and bool(r.get("delivered"))
+            digest = str(r["body_hash"])
+        if completed or not completed_only:
+            counts[digest] += 1
+    return dict(counts)
+
+
+def read_request_log(path: Path | str) -> list[dict[str, Any]]:
+    """The JSONL log a provider process writes; a half-written last line is skipped."""
+    entries: list[dict[str, Any]] = []
+    p = Path(path)
+    if not p.exists():
+        return entries
+    for line in p.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            entries.append(json.loads(line))
+    return entries
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@dataclass(frozen=True)
+class _Invalid:
+    message: str
+    code: str
+
+
+def _validate(raw: bytes) -> tuple[dict[str, Any] | None, _Invalid | None]:
+    """Parse and check a request body the way a strict provider does."""
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return None, _Invalid(
+            f"We could not parse the JSON body of your request: {e}", "invalid_json"
+        )
+    if not isinstance(body, dict):
+        return None, _Invalid("The request body must be a JSON object.", "invalid_json")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return body, _Invalid("you must provide a model parameter", "missing_required_parameter")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return body, _Invalid("'messages' must be a non-empty array", "missing_required_parameter")
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+        return body, _Invalid("every message must be an object with a 'role'", "invalid_value")
+    if body.get("stream"):
+        return body, _Invalid("streaming not supported by the fake", "unsupported_parameter")
+    problems = strict_violations(messages)
+    if problems:
+        return body, _Invalid("Invalid 'messages': " + "; ".join(problems), "invalid_tool_messages")
+    return body, None
+
+
+# --------------------------------------------------------------------------- the server
+
+
+class FakeProvider:
+    """The in-process server; ``async with`` binds a free port on 127.0.0.1.
+
+    All bookkeeping happens on the server's event loop without awaits in between, so
+    concurrent requests cannot interleave their updates.
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario | None = None,
+        *,
+        latency_ms: float = 0.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_path: Path | str | None = None,
+        log_bodies: bool = False,
+    ) -> None:
+        self.scenario: Scenario = scenario if scenario is not None else AgentScenario()
+        self.latency_ms = latency_ms
+        self.host = host
+        self.port = port
+        self.requests: list[RecordedRequest] = []
+        self.rejections: list[RecordedRequest] = []
+        self._seen: Counter[str] = Counter()
+        self._log_path = Path(log_path) if log_path is not None else None
+        self._log_bodies = log_bodies
+        self._log: IO[str] | None = None
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def identical_request_counts(self, *, completed_only: bool = False) -> dict[str, int]:
+        return identical_counts(self.requests, completed_only=completed_only)
+
+    def completions(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.completed]
+
+    # -- lifecycle
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        for path in ("/v1/chat/completions", "/chat/completions"):
+            app.router.add_post(path, self._handle)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        self.port = sock.getsockname()[1]
+        # Not cancelling handlers when a client goes away mirrors real providers: the
+        # call still runs (and is billed), which is what crash tests must account for.
+        self._runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=False, shutdown_timeout=0.5
+        )
+        await self._runner.setup()
+        await web.SockSite(self._runner, sock).start()
+        if self._log_path is not None:
+            self._log = self._log_path.open("a", encoding="utf-8")
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    async def __aenter__(self) -> FakeProvider:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- request handling
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        body, invalid = _validate(raw)
+        record = RecordedRequest(
+            seq=len(self.requests),
+            arrived=time.time(),
+            path=request.path,
+            body_hash=body_hash(body) if body is not None else hashlib.sha256(raw).hexdigest(),
+            body=body,
+        )
+        self.requests.append(record)
+        try:
+            reply, chat = self._decide(record, body, invalid)
+            await asyncio.sleep((self.latency_ms + reply.delay_ms) / 1000.0)
+            return self._send(request, record, reply, chat)
+        finally:
+            record.finished = time.time()
+            self._write_log(record)
+
+    def _decide(
+        self, record: RecordedRequest, body: dict[str, Any] | None, invalid: _Invalid | None
+    ) -> tuple[Reply, ChatRequest | None]:
+        if body is not None:
+            record.model = body.get("model") if isinstance(body.get("model"), str) else None
+            messages = body.get("messages")
+            record.n_messages = len(messages) if isinstance(messages, list) else 0
+        if invalid is not None or body is None:
+            assert invalid is not None
+            record.kind, record.reason = "rejected", invalid.message
+            self.rejections.append(record)
+            reply = HttpError(
+                status=400,
+                message=invalid.message,
+                error_type="invalid_request_error",
+                code=invalid.code,
+            )
+            return reply, None
+        messages = body["messages"]
+        key = conversation_key(messages)
+        record.conversation = key
+        tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+        chat = ChatRequest(body["model"], messages, tools or [], body, key, self._seen[key])
+        self._seen[key] += 1
+        try:
+            return self.scenario(chat), chat
+        except Exception as e:  # a broken scenario or directive must fail loudly, not retry
+            message = f"fake provider scenario error: {type(e).__name__}: {e}"
+            record.reason = message
+            return HttpError(status=400, message=message, code="scenario_error"), chat
+
+    def _send(
+        self,
+        request: web.Request,
+        record: RecordedRequest,
+        reply: Reply,
+        chat: ChatRequest | None,
+    ) -> web.StreamResponse:
+        transport = request.transport
+        record.delivered = transport is not None and not transport.is_closing()
+        if record.kind != "rejected":
+            record.kind = _kind_of(reply)
+        if isinstance(reply, DropConnection):
+            record.delivered = False
+            if transport is not None:
+                transport.abort()
+            # Nothing can be written any more; aiohttp discards this response.
+            return web.Response(status=500)
+        response: web.StreamResponse
+        if isinstance(reply, Completion):
+            assert chat is not None
+            response = web.json_response(_completion_body(chat, reply, record.body_hash))
+        elif isinstance(reply, HttpError):
+            response = web.json_response(reply.body(), status=reply.status, headers=reply.headers)
+        else:
+            response = web.Response(
+                text=reply.text, status=reply.status, content_type=reply.content_type
+            )
+        record.status = response.status
+        return response
+
+    def _write_log(self, record: RecordedRequest) -> None:
+        if self._log is not None:
+            # One write per line plus flush: a reader in another process sees whole lines.
+            line = json.dumps(record.to_json(with_body=self._log_bodies))
+            self._log.write(line + "\n")
+            self._log.flush()
+
+
+def _kind_of(reply: Reply) -> Kind:
+    if isinstance(reply, Completion):
+        return "completion"
+    if isinstance(reply, HttpError):
+        return "http_error"
+    if isinstance(reply, RawBody):
+        return "raw"
+    return "dropped"
+
+
+def _completion_body(chat: ChatRequest, reply: Completion, digest: str) -> dict[str, Any]:
+    calls = []
+    for k, spec in enumerate(reply.tool_calls):
+        if spec.id is not None:
+            call_id = spec.id
+        elif reply.id_policy == "careless":
+            call_id = CARELESS_TOOL_CALL_ID
+        else:
+            call_id = f"call_{digest[:12]}_{k}"
+        calls.append(
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": spec.name, "arguments": spec.arguments},
+            }
+        )
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if calls:
+        message["tool_calls"] = calls
+    prompt, completion = usage_for(chat, reply)
+    return {
+        "id": f"chatcmpl-{digest[:24]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": chat.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if calls else "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
+
+
+# --------------------------------------------------------------------------- separate process
+
+
+class FakeProviderProcess:
+    """Runs the provider as a child process (``with FakeProviderProcess(log) as p:``).
+
+    Crash tests kill worker processes; the provider lives here so its request log
+    survives them and counts every call across all workers.
+    """
+
+    def __init__(
+        self,
+        log_path: Path | str,
+        *,
+        latency_ms: float = 0.0,
+        port: int = 0,
+        scenario: str | None = None,
+        log_bodies: bool = False,
+        startup_timeout_s: float = 20.0,
+    ) -> None:
+        self.log_path = Path(log_path)
+        self.log_bodies = log_bodies
+        self.latency_ms = latency_ms
+        self.port = port
+        self.scenario = scenario
+        self.startup_timeout_s = startup_timeout_s
+        self.base_url = ""
+        self._proc: subprocess.Popen[str] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None, "not started"
+        return self._proc.pid
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "tests.support.fake_provider", "--port", str(self.port)]
+        cmd += ["--latency-ms", str(self.latency_ms), "--log", str(self.log_path)]
+        if self.scenario:
+            cmd += ["--scenario", self.scenario]
+        if self.log_bodies:
+            cmd.append("--log-bodies")
+        self._proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+        assert self._proc.stdout is not None
+        ready, _, _ = select.select([self._proc.stdout], [], [], self.startup_timeout_s)
+        line = self._proc.stdout.readline() if ready else ""
+        if not line.startswith("READY "):
+            self.stop()
+            raise RuntimeError(f"fake provider process did not start (got {line!r})")
+        self.base_url = line.split(maxsplit=1)[1].strip()
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+        self._proc = None
+
+    def log_entries(self) -> list[dict[str, Any]]:
+        return read_request_log(self.log_path)
+
+    def identical_request_counts(self, *, completed_only: bool = False) -> dict[str, int]:
+        return identical_counts(self.log_entries(), completed_only=completed_only)
+
+    def __enter__(self) -> FakeProviderProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _load_scenario(spec: str | None) -> Scenario | None:
+    """``module:name`` naming a scenario callable, or a scenario class to instantiate."""
+    if not spec:
+        return None
+    module_name, _, attr = spec.partition(":")
+    obj = getattr(importlib.import_module(module_name), attr)
+    if isinstance(obj, type):
+        made: Scenario = obj()
+        return made
+    result: Scenario = obj
+    return result
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    provider = FakeProvider(
+        _load_scenario(args.scenario),
+        latency_ms=args.latency_ms,
+        host=args.host,
+        port=args.port,
+        log_path=args.log,
+        log_bodies=args.log_bodies,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with provider:
+        print(f"READY {provider.base_url}", flush=True)
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Fake OpenAI-compatible provider for tests.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--log", type=Path, default=None, help="JSONL request log")
+    parser.add_argument("--log-bodies", action="store_true", help="log request bodies too")
+    parser.add_argument("--scenario", default=None, help="module:callable (default: agent)")
+    asyncio.run(_serve(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+"""What the fake provider answers: parsed requests, replies, and the default agent.
+
+A scenario is any callable ``ChatRequest -> Reply``; the server (``fake_provider``) does
+the HTTP, validation, latency and bookkeeping, so a scenario only decides *what* to say.
+``AgentScenario`` plays realistic agent turns and obeys the fault directives documented
+in :mod:`tests.support.fake_provider`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from activities.scripted_model import (
+    CARELESS_TOOL_CALL_ID,
+    estimate_tokens,
+    last_user_index,
+    plan_turn,
+    text_of,
+    tool_name,
+)
+from domain.ids import stable_id
+
+IdPolicy = Literal["careless", "unique"]
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One validated chat-completion request as a scenario sees it."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    body: dict[str, Any]
+    # Stable across retries of the same request and across the turns of one agent loop.
+    conversation: str
+    # How many earlier requests of this conversation reached the scenario (0 = first).
+    seen_before: int = 0
+
+    @property
+    def last_user_text(self) -> str:
+        i = last_user_index(self.messages)
+        return text_of(self.messages[i].get("content")) if i >= 0 else ""
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [tool_name(t) for t in self.tools]
+
+
+# --------------------------------------------------------------------------- replies
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Reply:
+    # Extra wait before answering, on top of the server's global latency.
+    delay_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class ToolCallSpec:
+    name: str
+    arguments: str = "{}"  # JSON text; deliberately unchecked so a fault can send garbage
+    id: str | None = None  # None: the Completion's id policy decides
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completion(_Reply):
+    """A 200 chat completion: text, tool calls, or both."""
+
+    content: str | None = None
+    tool_calls: tuple[ToolCallSpec, ...] = ()
+    # "careless" gives every call the same id (seed 000's model); "unique" numbers them.
+    id_policy: IdPolicy = "careless"
+    prompt_tokens: int | None = None  # None: estimated from the request
+    completion_tokens: int | None = None
+
+
+# Wording and error types as OpenAI uses them: litellm maps errors partly by these strings
+# (an "invalid_request_error" is a bad request whatever the status), so they must match.
+_ERROR_TYPES: Mapping[int, tuple[str, str]] = {
+    400: ("invalid_request_error", "Invalid request (injected by the fake provider)."),
+    401: ("authentication_error", "Incorrect API key provided (injected)."),
+    403: ("permission_error", "You are not allowed to use this model (injected)."),
+    404: ("not_found_error", "The model does not exist or you do not have access (injected)."),
+    408: ("timeout_error", "Request timed out (injected)."),
+    409: ("conflict_error", "Conflicting concurrent request (injected)."),
+    422: ("invalid_request_error", "Unprocessable request (injected)."),
+    429: ("rate_limit_error", "Rate limit reached for requests (injected)."),
+    500: ("server_error", "The server had an error while processing your request (injected)."),
+    502: ("server_error", "Bad gateway (injected)."),
+    503: ("server_error", "The engine is currently overloaded (injected)."),
+    504: ("server_error", "Gateway timeout (injected)."),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class HttpError(_Reply):
+    """A non-2xx answer with an OpenAI-style error body and optional headers.
+
+    ``message`` and ``error_type`` default to what a real provider says for ``status``.
+    """
+
+    status: int
+    message: str | None = None
+    error_type: str | None = None
+    code: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        default_type, default_message = _ERROR_TYPES.get(
+            self.status, ("api_error", f"HTTP {self.status} (injected).")
+        )
+        return {
+            "error": {
+                "message": self.message or default_message,
+                "type": self.error_type or default_type,
+                "param": None,
+                "code": self.code,
+            }
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class RawBody(_Reply):
+    """Exactly these bytes, e.g. truncated JSON or ``choices: []`` (invalid responses)."""
+
+    text: str
+    status: int = 200
+    content_type: str = "application/json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DropConnection(_Reply):
+    """Close the socket without answering, as a crashing proxy would."""
+
+
+Reply = Completion | HttpError | RawBody | DropConnection
+Scenario = Callable[[ChatRequest], Reply]
+
+
+# --------------------------------------------------------------------------- conversation key
+
+
+def conversation_key(messages: Sequence[Mapping[str, Any]]) -> str:
+    """System messages + first and last user message.
+
+    These do not change between retries of one request, nor between the turns of one
+    agent loop (tool traffic is neither), so per-conversation counters survive both. The
+    last user message is included as well as the first because subtasks of one plan
+    share the session's opening but each ends with its own description.
+    """
+    systems = [text_of(m.get("content")) for m in messages if m.get("role") == "system"]
+    users = [text_of(m.get("content")) for m in messages if m.get("role") == "user"]
+    first, last = (users[0], users[-1]) if users else ("", "")
+    return "conv-" + stable_id(json.dumps([systems, first, last]), length=16)
+
+
+# --------------------------------------------------------------------------- canned faults
+
+
+CONTEXT_MESSAGE = (
+    "This model's maximum context length is 8192 tokens. However, your messages resulted "
+    "in 9001 tokens. Please reduce the length of the messages."
+)
+CONTENT_POLICY_MESSAGE = (
+    "Your request was rejected as a result of our safety system (content_policy_violation)."
+)
+TRUNCATED_JSON = '{"id": "chatcmpl-fake", "object": "chat.completion", "choices": [{"index": 0, '
+
+
+def http_fault(status: int, options: Sequence[str] = ()) -> HttpError:
+    """An HTTP error as a real provider words it, so litellm maps it like the real thing.
+
+    Options: ``context`` (context window exceeded), ``content-policy``,
+    ``retry-after=SECONDS``, ``retry-after-ms=MS``. A 429 without a retry option says
+    ``retry-after: 1``, as real rate limiters do.
+    """
+    message: str | None = None
+    code: str | None = None
+    headers: dict[str, str] = {}
+    for opt in options:
+        key, _, value = opt.partition("=")
+        if key == "context":
+            message, code = CONTEXT_MESSAGE, "context_length_exceeded"
+        elif key == "content-policy":
+            message, code = CONTENT_POLICY_MESSAGE, "content_policy_violation"
+        elif key in ("retry-after", "retry-after-ms"):
+            headers[key] = value
+        else:
+            raise ValueError(f"unknown fault option {opt!r}")
+    if status == 429:
+        code = code or "rate_limit_exceeded"
+        if not headers:
+            headers["retry-after"] = "1"
+    return HttpError(status=status, message=message, code=code, headers=headers)
+
+
+def named_fault(kind: str, options: Sequence[str] = ()) -> Reply:
+    """``kind`` is an HTTP status or one of ``drop``, ``empty-choices``, ``bad-json``."""
+    if kind.isdigit():
+        return http_fault(int(kind), options)
+    if kind == "drop":
+        return DropConnection()
+    if kind == "empty-choices":
+        body = {"id": "chatcmpl-fake", "object": "chat.completion", "model": "fake", "choices": []}
+        return RawBody(text=json.dumps(body))
+    if kind == "bad-json":
+        return RawBody(text=TRUNCATED_JSON)
+    raise ValueError(f"unknown fault kind {kind!r}")
+
+
+# --------------------------------------------------------------------------- directives
+
+DIRECTIVE_RE = re.compile(r"\[(?P<name>[a-z][a-z-]*)(?::(?P<arg>[^\]\s]*))?\]")
+_COUNTED_RE = re.compile(r"^(?P<what>[^x:]+)x(?P<n>\d+)$")
+_FAULT_SHORTHANDS = ("drop", "empty-choices", "bad-json")
+_FLAGS = ("dup-ids", "bad-args", "unknown-tool")
+
+
+@dataclass(frozen=True)
+class Directives:
+    """The steering parsed from one user message (see the grammar in fake_provider)."""
+
+    fault: Reply | None = None  # answered instead of a normal turn ...
+    fault_requests: int | None = None  # ... for this many requests (None: always)
+    slow_ms: float = 0.0
+    slow_requests: int | None = None
+    tool_turns: int = 1
+    flags: frozenset[str] = frozenset()
+
+    @classmethod
+    def parse(cls, text: str) -> Directives:
+        fault: Reply | None = None
+        fault_requests: int | None = None
+        slow_ms, slow_requests, tool_turns = 0.0, None, 1
+        flags: set[str] = set()
+        for m in DIRECTIVE_RE.finditer(text):
+            name, arg = m["name"], m["arg"] or ""
+            if name in ("fail", "flaky"):
+                head, *options = arg.split(":")
+                count: int | None = None
+                if name == "flaky":
+                    counted = _COUNTED_RE.match(head)
+                    if counted is None:
+                        raise ValueError(f"[flaky:{arg}] needs KINDxN, e.g. [flaky:500x2]")
+                    head, count = counted["what"], int(counted["n"])
+                fault, fault_requests = named_fault(head, options), count
+            elif name in _FAULT_SHORTHANDS:
+                fault, fault_requests = named_fault(name), None
+            elif name == "slow":
+                counted = _COUNTED_RE.match(arg)
+                if counted is not None:
+                    slow_ms, slow_requests = float(counted["what"]), int(counted["n"])
+                else:
+                    slow_ms, slow_requests = float(arg), None
+            elif name == "turns":
+                tool_turns = int(arg)
+            elif name in _FLAGS:
+                flags.add(name)
+            # Anything else in brackets is ordinary text (e.g. "[WIP]"), not a directive.
+        return cls(fault, fault_requests, slow_ms, slow_requests, tool_turns, frozenset(flags))
+
+
+def strip_directives(text: str) -> str:
+    return " ".join(DIRECTIVE_RE.sub(" ", text).split())
+
+
+# --------------------------------------------------------------------------- the default agent
+
+
+@dataclass
+class AgentScenario:
+    """Realistic, deterministic agent turns, steerable by directives in the task text."""
+
+    id_policy: IdPolicy = "careless"
+
+    def __call__(self, request: ChatRequest) -> Reply:
+        text = request.last_user_text
+        directives = Directives.parse(text)
+        delay = 0.0
+        if directives.slow_requests is None or request.seen_before < directives.slow_requests:
+            delay = directives.slow_ms
+        fault = directives.fault
+        if fault is not None and (
+            directives.fault_requests is None or request.seen_before < directives.fault_requests
+        ):
+            return _with_delay(fault, delay)
+        return self._turn(request, directives, strip_directives(text), delay)
+
+    def _turn(
+        self, request: ChatRequest, directives: Directives, task: str, delay: float
+    ) -> Completion:
+        turn = plan_turn(
+            request.messages, request.tools, tool_turns=directives.tool_turns, task=task
+        )
+        if turn.is_final:
+            return Completion(content=turn.content, delay_ms=delay, id_policy=self.id_policy)
+        calls = [ToolCallSpec(turn.calls[0].name, turn.calls[0].arguments)]
+        if "unknown-tool" in directives.flags:
+            calls = [ToolCallSpec("no_such_tool", "{}")]
+        if "bad-args" in directives.flags:
+            calls = [ToolCallSpec(calls[0].name, '{"path": ".", ')]
+        if "dup-ids" in directives.flags:
+            # Two calls sharing one id in one response, whatever the id policy says.
+            calls = [ToolCallSpec(calls[0].name, calls[0].arguments, CARELESS_TOOL_CALL_ID)] * 2
+        return Completion(tool_calls=tuple(calls), delay_ms=delay, id_policy=self.id_policy)
+
+
+@dataclass
+class ScriptedScenario:
+    """Replies in a fixed order (the last one repeats): for tests that need exact control."""
+
+    replies: Sequence[Reply]
+    calls: int = 0
+
+    def __call__(self, request: ChatRequest) -> Reply:
+        reply = self.replies[min(self.calls, len(self.replies) - 1)]
+        self.calls += 1
+        return reply
+
+
+def _with_delay(reply: Reply, delay_ms: float) -> Reply:
+    if not delay_ms:
+        return reply
+    return replace(reply, delay_ms=reply.delay_ms + delay_ms)
+
+
+def usage_for(request: ChatRequest, reply: Completion) -> tuple[int, int]:
+    prompt = reply.prompt_tokens
+    if prompt is None:
+        prompt = estimate_tokens(json.dumps(request.messages, default=str))
+    completion = reply.completion_tokens
+    if completion is None:
+        text = (reply.content or "") + "".join(c.name + c.arguments for c in reply.tool_calls)
+        completion = estimate_tokens(text)
+    return prompt, completion
