@@ -22,6 +22,40 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+# --------------------------------------------------------------------------- usage, errors
+
+
+class Usage(_Frozen):
+    prompt_tokens: NonNegativeInt = 0
+    completion_tokens: NonNegativeInt = 0
+    cost_usd: NonNegativeFloat = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cost_usd=round(self.cost_usd + other.cost_usd, 10),
+        )
+
+    @classmethod
+    def total(cls, usages: Iterable[Usage]) -> Usage:
+        acc = cls()
+        for u in usages:
+            acc = acc + u
+        return acc
+
+
+class ErrorInfo(_Frozen):
+    """What went wrong, as the report and Temporal Web show it: a class name and a line."""
+
+    type: str
+    message: str
+
+
 # --------------------------------------------------------------------------- messages
 
 
@@ -51,6 +85,9 @@ class Message(_Frozen):
     tool_calls: tuple[ToolCall, ...] | None = None
     tool_call_id: str | None = None
     name: str | None = None
+    # What producing this message cost (assistant messages from an LLM call); kept with the
+    # message so a call retried after a crash can report it without calling again.
+    usage: Usage | None = None
 
     @property
     def has_tool_calls(self) -> bool:
@@ -88,40 +125,6 @@ class Message(_Frozen):
             tool_call_id=data.get("tool_call_id"),
             name=data.get("name"),
         )
-
-
-# --------------------------------------------------------------------------- usage, errors
-
-
-class Usage(_Frozen):
-    prompt_tokens: NonNegativeInt = 0
-    completion_tokens: NonNegativeInt = 0
-    cost_usd: NonNegativeFloat = 0.0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            cost_usd=round(self.cost_usd + other.cost_usd, 10),
-        )
-
-    @classmethod
-    def total(cls, usages: Iterable[Usage]) -> Usage:
-        acc = cls()
-        for u in usages:
-            acc = acc + u
-        return acc
-
-
-class ErrorInfo(_Frozen):
-    """What went wrong, as the report and Temporal Web show it: a class name and a line."""
-
-    type: str
-    message: str
 
 
 # --------------------------------------------------------------------------- plans
@@ -217,7 +220,9 @@ class SubtaskResult(_Frozen):
     def _truthful(self) -> SubtaskResult:
         # Seed 002: "completed" with an error, or without a result, is the lie this
         # project exists to prevent; make it unrepresentable.
-        if self.status is SubtaskStatus.COMPLETED and (self.error is not None or self.result is None):
+        if self.status is SubtaskStatus.COMPLETED and (
+            self.error is not None or self.result is None
+        ):
             raise ValueError("a completed subtask has a result and no error")
         if self.status in (SubtaskStatus.FAILED, SubtaskStatus.SKIPPED) and self.error is None:
             raise ValueError(f"a {self.status.value} subtask says why (error is required)")
@@ -235,7 +240,12 @@ class Counts(_Frozen):
     @property
     def total(self) -> int:
         return (
-            self.completed + self.failed + self.skipped + self.cancelled + self.pending + self.running
+            self.completed
+            + self.failed
+            + self.skipped
+            + self.cancelled
+            + self.pending
+            + self.running
         )
 
     @classmethod

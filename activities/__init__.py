@@ -1,0 +1,1 @@
+"""Every side effect the workflows need, each a retryable Temporal activity."""

@@ -1,0 +1,33 @@
+"""Heartbeats while an activity awaits, so a worker that died is noticed in seconds.
+
+Without a heartbeat Temporal only learns of a dead worker when the start-to-close timeout
+expires (minutes); with one, the activity is retried elsewhere after the heartbeat timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from temporalio import activity
+
+HEARTBEAT_EVERY_S = 1.0
+
+
+@contextlib.asynccontextmanager
+async def heartbeating(every_s: float = HEARTBEAT_EVERY_S) -> AsyncIterator[None]:
+    """Heartbeat while a slow await runs, so a dead worker is noticed in seconds."""
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(every_s)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

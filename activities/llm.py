@@ -1,0 +1,154 @@
+"""The LLM call as an activity: read the branch from the store, ask the model, store the answer.
+
+Only ids cross the activity boundary: the conversation is read here and the answer is
+written here, so workflow history holds a few hundred bytes per call whatever the
+conversation's length. Temporal owns retries (litellm's are off: ``num_retries=0``), so
+every attempt is visible and bounded; errors are classified into retryable and not.
+An answer already stored under this call's deterministic id is returned as is: a worker
+killed after the model answered does not pay for, or change, that answer on retry.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from temporalio import activity
+
+from activities.heartbeat import heartbeating
+from activities.llm_errors import LlmErrorClass, classify_llm_error, to_application_error
+from activities.tool_registry import WORKSPACE_TOOLS, openai_tool_schemas
+from domain.agents import agent_spec
+from domain.contracts import ACT_CALL_LLM, LlmCallInput, LlmCallOutput, ToolCallRef
+from domain.ids import message_id
+from domain.models import FunctionCall, Message, ToolCall, Usage
+from domain.secrets import scrub_secrets
+from domain.tool_ids import assign_tool_call_ids, repair_tool_pairing
+from session_store import SessionStore
+from settings import Settings
+
+
+def import_litellm() -> Any:
+    """litellm, imported on first use with the offline cost map (no network at import)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    from activities.scripted_model import register_scripted_provider
+
+    register_scripted_provider()
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+def output_of(message: Message, *, model: str, replayed: bool) -> LlmCallOutput:
+    return LlmCallOutput(
+        message_id=message.id,
+        content=message.content,
+        tool_calls=tuple(
+            ToolCallRef(id=c.id, name=c.function.name) for c in (message.tool_calls or ())
+        ),
+        usage=message.usage or Usage(),
+        model=model,
+        replayed=replayed,
+    )
+
+
+def message_from_response(response: Any, *, msg_id: str) -> tuple[Message, str | None]:
+    """The assistant message in a litellm response, or an InvalidResponse classification."""
+    choices = getattr(response, "choices", None) or []
+    if not choices:
+        raise _invalid("the provider returned no choices")
+    choice = choices[0]
+    raw = getattr(choice, "message", None)
+    if raw is None:
+        raise _invalid("the provider returned a choice without a message")
+    calls: list[ToolCall] = []
+    for call in getattr(raw, "tool_calls", None) or []:
+        fn = getattr(call, "function", None)
+        name = getattr(fn, "name", None)
+        if not name:
+            raise _invalid("the provider returned a tool call without a function name")
+        calls.append(
+            ToolCall(
+                id=str(getattr(call, "id", "") or "missing"),
+                function=FunctionCall(name=name, arguments=getattr(fn, "arguments", None) or ""),
+            )
+        )
+    content = getattr(raw, "content", None)
+    if content is not None and not isinstance(content, str):
+        content = str(content)
+    message = Message(
+        id=msg_id,
+        role="assistant",
+        content=scrub_secrets(content) if content else content,
+        tool_calls=tuple(calls) or None,
+    )
+    return message, getattr(choice, "finish_reason", None)
+
+
+def _invalid(text: str) -> Exception:
+    return to_application_error(
+        LlmErrorClass(type="InvalidResponse", message=text, retryable=True, retry_after_s=None)
+    )
+
+
+def usage_of(litellm: Any, response: Any) -> Usage:
+    raw = getattr(response, "usage", None)
+    prompt = int(getattr(raw, "prompt_tokens", 0) or 0)
+    completion = int(getattr(raw, "completion_tokens", 0) or 0)
+    try:
+        cost = float(litellm.completion_cost(completion_response=response) or 0.0)
+    except Exception:
+        cost = 0.0  # an unpriced model is not an error; tokens are still counted
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, cost_usd=max(cost, 0.0))
+
+
+class LlmActivities:
+    def __init__(self, store: SessionStore, settings: Settings) -> None:
+        self._store = store
+        self._settings = settings
+
+    def request_kwargs(
+        self, model: str, messages: list[Message], tools: tuple[str, ...]
+    ) -> dict[str, Any]:
+        s = self._settings
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "messages": [m.to_openai() for m in messages],
+            "num_retries": 0,
+            "timeout": s.llm_timeout_s,
+        }
+        specs = [WORKSPACE_TOOLS[name] for name in tools if name in WORKSPACE_TOOLS]
+        if specs:
+            kwargs["tools"] = openai_tool_schemas(specs)
+        if not model.startswith("scripted/"):
+            if s.api_base:
+                kwargs["api_base"] = s.api_base
+            if s.api_key:
+                kwargs["api_key"] = s.api_key
+        return kwargs
+
+    @activity.defn(name=ACT_CALL_LLM)
+    async def call_llm(self, inp: LlmCallInput) -> LlmCallOutput:
+        msg_id = message_id(inp.scope, inp.turn)
+        history = await self._store.read(inp.session_id)
+        spec = agent_spec(inp.agent)
+        model = spec.model or self._settings.model
+        for existing in history:
+            if existing.id == msg_id:
+                return output_of(existing, model=model, replayed=True)
+
+        litellm = import_litellm()
+        kwargs = self.request_kwargs(model, repair_tool_pairing(history), inp.tools)
+        try:
+            async with heartbeating():
+                response = await litellm.acompletion(**kwargs)
+        except Exception as exc:
+            raise to_application_error(classify_llm_error(exc)) from None
+
+        message, finish_reason = message_from_response(response, msg_id=msg_id)
+        message, _ = assign_tool_call_ids(message, salt=msg_id)
+        message = message.model_copy(update={"usage": usage_of(litellm, response)})
+        await self._store.append(inp.session_id, [message])
+        out = output_of(message, model=model, replayed=False)
+        return out.model_copy(update={"finish_reason": finish_reason})

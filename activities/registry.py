@@ -1,0 +1,28 @@
+"""One place that lists every activity a worker registers, bound to its store and settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from activities.llm import LlmActivities
+from activities.sessions import SessionActivities
+from activities.tools import ToolActivities
+from session_store import SessionStore
+from settings import Settings
+
+
+class PlanActivities:
+    def __init__(self, store: SessionStore, settings: Settings) -> None:
+        self.sessions = SessionActivities(store)
+        self.llm = LlmActivities(store, settings)
+        self.tools = ToolActivities(store, settings)
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [
+            self.sessions.begin_subtask,
+            self.sessions.end_subtask,
+            self.sessions.merge_results,
+            self.llm.call_llm,
+            self.tools.run_tool,
+        ]

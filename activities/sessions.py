@@ -1,0 +1,144 @@
+"""Session activities: give a subtask its isolated branch, close it, merge results back.
+
+Subtasks of one plan may run in parallel on one session, so nothing here edits the base
+history in place while a subtask runs. Each subtask gets a branch built from a snapshot of
+the base (tool traffic stripped, dependency results added); a success is merged into the
+base afterwards, in an order the plan workflow fixes; a failure merges nothing, so the base
+is exactly as it was (the rollback). Every step is idempotent: a retried activity finds its
+earlier work and does not repeat it.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities.heartbeat import heartbeating
+from domain.agents import agent_spec
+from domain.contracts import (
+    ACT_BEGIN_SUBTASK,
+    ACT_END_SUBTASK,
+    ACT_MERGE_RESULTS,
+    BeginSubtaskInput,
+    BeginSubtaskOutput,
+    EndSubtaskInput,
+    MergeResultsInput,
+)
+from domain.history import DependencyResult, isolate_for_subtask, last_result
+from domain.ids import message_id
+from domain.models import Message, SessionMeta
+from domain.secrets import scrub_secrets
+from session_store import SessionNotFound, SessionStore
+
+
+def merged_result_id(plan_id: str, subtask_id: str) -> str:
+    """The id a subtask's result has in the base session (a second merge is a no-op)."""
+    return message_id(f"{plan_id}/merge", subtask_id)
+
+
+class SessionActivities:
+    def __init__(self, store: SessionStore) -> None:
+        self._store = store
+
+    async def _branch_result(self, branch_session_id: str) -> str | None:
+        try:
+            found = last_result(await self._store.read(branch_session_id))
+        except SessionNotFound:
+            return None
+        return found.content if found is not None else None
+
+    @activity.defn(name=ACT_BEGIN_SUBTASK)
+    async def begin_subtask(self, inp: BeginSubtaskInput) -> BeginSubtaskOutput:
+        async with heartbeating():
+            return await self._begin_subtask(inp)
+
+    async def _begin_subtask(self, inp: BeginSubtaskInput) -> BeginSubtaskOutput:
+        store = self._store
+        base = await store.create_session(SessionMeta(session_id=inp.base_session_id))
+        snapshot_count = await store.snapshot(inp.base_session_id, inp.snapshot_id)
+        branch_meta = SessionMeta(
+            session_id=inp.branch_session_id,
+            agent=inp.subtask.agent,
+            parent_session_id=None,
+            root_session_id=base.root,
+            depth=base.depth,
+            budget=base.budget,
+        )
+        await store.create_session(branch_meta)
+        if await store.count(inp.branch_session_id) > 0:
+            # A retry after the branch was already written: keep the first build.
+            return BeginSubtaskOutput(
+                branch_session_id=inp.branch_session_id,
+                message_count=await store.count(inp.branch_session_id),
+                snapshot_message_count=snapshot_count,
+            )
+
+        deps: list[DependencyResult] = []
+        for (dep_id, dep_branch), description in zip(
+            inp.dependency_branches, inp.dependency_descriptions, strict=True
+        ):
+            result = await self._branch_result(dep_branch)
+            deps.append(
+                DependencyResult(
+                    subtask_id=dep_id,
+                    description=description,
+                    result=result if result is not None else "(no result recorded)",
+                )
+            )
+
+        # The view is built from the snapshot, so every attempt sees the same base.
+        base_view = await store.read_snapshot(inp.snapshot_id)
+        scope = f"{inp.plan_id}/{inp.subtask.id}"
+        spec = agent_spec(inp.subtask.agent)
+        isolated = isolate_for_subtask(base_view, deps, context_id=message_id(scope, "deps"))
+        messages = [
+            Message(id=message_id(scope, "system"), role="system", content=spec.system_prompt),
+            *isolated,
+            Message(
+                id=message_id(scope, "task"),
+                role="user",
+                content=scrub_secrets(inp.subtask.description),
+            ),
+        ]
+        await store.append(inp.branch_session_id, messages)
+        return BeginSubtaskOutput(
+            branch_session_id=inp.branch_session_id,
+            message_count=await store.count(inp.branch_session_id),
+            snapshot_message_count=snapshot_count,
+        )
+
+    @activity.defn(name=ACT_END_SUBTASK)
+    async def end_subtask(self, inp: EndSubtaskInput) -> None:
+        """Close the branch; the base needs no restore because no subtask writes to it."""
+        async with heartbeating():
+            await self._end_subtask(inp)
+
+    async def _end_subtask(self, inp: EndSubtaskInput) -> None:
+        store = self._store
+        try:
+            meta = await store.get_session(inp.branch_session_id)
+            if not meta.ended:
+                await store.update_session(meta.model_copy(update={"ended": True}))
+        except SessionNotFound:
+            pass
+        await store.delete_snapshot(inp.snapshot_id)
+
+    @activity.defn(name=ACT_MERGE_RESULTS)
+    async def merge_results(self, inp: MergeResultsInput) -> int:
+        """Append completed subtasks' results to the base session in the given order."""
+        async with heartbeating():
+            return await self._merge_results(inp)
+
+    async def _merge_results(self, inp: MergeResultsInput) -> int:
+        messages: list[Message] = []
+        for subtask_id, branch in inp.entries:
+            result = await self._branch_result(branch)
+            if result is None:
+                continue
+            messages.append(
+                Message(
+                    id=merged_result_id(inp.plan_id, subtask_id),
+                    role="assistant",
+                    content=result,
+                )
+            )
+        return await self._store.append(inp.base_session_id, messages)

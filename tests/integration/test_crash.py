@@ -1,0 +1,146 @@
+"""A worker SIGKILLed mid-plan: a new worker finishes the plan, nothing lost or repeated."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from domain.contracts import PlanInput
+from domain.models import PlanReport, PlanStatus
+from session_store.factory import open_session_store
+from tests.integration.conftest import FAKE_KEY
+from tests.integration.plans import make_plan
+from tests.integration.workers import WorkerProcess
+from tests.support.fake_provider import FakeProviderProcess
+from tests.support.fake_scenario import strip_directives
+
+pytestmark = pytest.mark.integration
+
+# An answer delivered this shortly before SIGKILL may not have reached the store yet.
+IN_FLIGHT_WINDOW_S = 0.5
+PARALLEL_AT_MOST = 4  # the plan's max_parallel: at most this many calls were in flight
+
+CRASH_PLAN = [
+    ("a", "Inspect the repository", []),
+    ("b", "Write module b [turns:2]", ["a"]),
+    ("c", "Write module c [turns:2]", ["a"]),
+    ("d", "Write module d", ["a"]),
+    ("e", "Integrate b and c", ["b", "c"]),
+    ("f", "Test d", ["d"]),
+    ("g", "Write the changelog", ["e", "f"]),
+    ("h", "Write the docs", []),
+]
+
+
+def worker_env(
+    env: WorkflowEnvironment, tmp: Path, provider: FakeProviderProcess, tq: str
+) -> dict[str, str]:
+    return {
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "DPLAN_TASK_QUEUE": tq,
+        "DPLAN_MODEL": "openai/fake-model",
+        "DPLAN_API_BASE": provider.base_url,
+        "DPLAN_API_KEY": FAKE_KEY,
+        "DPLAN_SESSION_STORE": str(tmp / "sessions.db"),
+        "DPLAN_WORKSPACE": str(tmp / "workspace"),
+        "DPLAN_STATE_DIR": str(tmp / "state"),
+    }
+
+
+async def wait_for_completions(provider: FakeProviderProcess, n: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done = [e for e in provider.log_entries() if e.get("kind") == "completion"]
+        if len(done) >= n:
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"fewer than {n} completions after {timeout_s}s")
+
+
+async def test_sigkill_mid_plan_then_new_worker_completes_without_repeats(
+    temporal_env: WorkflowEnvironment, client: Client, tmp_path: Path
+) -> None:
+    (tmp_path / "workspace").mkdir()
+    (tmp_path / "workspace" / "README.md").write_text("# crash test\n")
+    tq = f"crash-{uuid.uuid4().hex[:8]}"
+    plan = make_plan(CRASH_PLAN, session_id="crash-session", prefix="crash")
+
+    with FakeProviderProcess(tmp_path / "requests.jsonl", latency_ms=250) as provider:
+        env = worker_env(temporal_env, tmp_path, provider, tq)
+        first = WorkerProcess(env, tmp_path / "worker-1.log").start()
+        second: WorkerProcess | None = None
+        try:
+            first.wait_ready()
+            handle = await client.start_workflow(
+                "PlanWorkflow",
+                PlanInput(plan=plan),
+                id=plan.id,
+                task_queue=tq,
+                result_type=PlanReport,
+            )
+            await wait_for_completions(provider, 6, timeout_s=60)
+            first.kill()
+            killed_at = time.time()
+            killed_after = len(provider.log_entries())
+
+            second = WorkerProcess(env, tmp_path / "worker-2.log").start()
+            second.wait_ready()
+            report = await asyncio.wait_for(handle.result(), timeout=180)
+        finally:
+            first.stop()
+            if second is not None:
+                second.stop()
+
+        entries = provider.log_entries()
+
+    assert report.status is PlanStatus.COMPLETED
+    assert report.counts.completed == len(CRASH_PLAN)
+    assert len(entries) > killed_after, "the second worker did not call the model"
+    # No completed LLM call was made again. "Completed" means the worker had the answer
+    # and could store it: an answer still on the wire when SIGKILL landed (delivered by
+    # the provider a moment before) is lost with the process and legitimately asked for
+    # again. Everything that finished earlier than that window must never repeat.
+    first_finish: dict[str, float] = {}
+    delivered: Counter[str] = Counter()
+    for e in entries:
+        if e.get("kind") == "completion" and e.get("delivered"):
+            delivered[e["body_hash"]] += 1
+            first_finish.setdefault(e["body_hash"], e["finished"])
+    assert delivered
+    repeated = {h for h, n in delivered.items() if n > 1}
+    for h in repeated:
+        assert first_finish[h] >= killed_at - IN_FLIGHT_WINDOW_S, (
+            f"an answer stored {killed_at - first_finish[h]:.2f}s before the kill was "
+            "requested again"
+        )
+    assert len(repeated) <= PARALLEL_AT_MOST
+
+    store = await open_session_store(str(tmp_path / "sessions.db"))
+    try:
+        base = await store.read("crash-session")
+        assert len(base) == len(CRASH_PLAN)
+        assert len({m.id for m in base}) == len(base)
+        for sid, description, _ in CRASH_PLAN:
+            branch = await store.read(f"crash-session:{plan.id}:{sid}:branch")
+            ids = [m.id for m in branch]
+            assert len(ids) == len(set(ids))
+            turns = 2 if "[turns:2]" in description else 1
+            calls = [m for m in branch if m.role == "assistant" and m.tool_calls]
+            answers = [m for m in branch if m.role == "tool"]
+            finals = [m for m in branch if m.is_plain_assistant]
+            tasks = [m for m in branch if m.role == "user" and m.content == description]
+            assert (len(calls), len(answers), len(tasks)) == (turns, turns, 1), sid
+            # The final answer exists once (plus merged results of earlier subtasks seen
+            # through the base session, which are not tool traffic).
+            task = strip_directives(description)
+            own = [m for m in finals if (m.content or "").startswith(f"Done: {task}.")]
+            assert len(own) == 1, sid
+    finally:
+        await store.close()

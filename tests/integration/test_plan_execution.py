@@ -1,0 +1,179 @@
+"""Plans on a real Temporal dev server, with the LLM reached through litellm over real HTTP."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.api.enums.v1 import WorkflowExecutionStatus
+
+from domain.models import Message, PlanStatus, SessionMeta, SubtaskStatus
+from tests.integration.conftest import Harness
+from tests.integration.plans import by_id, make_plan, run_plan, workflow_status
+
+pytestmark = pytest.mark.integration
+
+DIAMOND_FANOUT = [
+    ("deps", "Add http and provider to pubspec.yaml", []),
+    ("api", "Write the weather API client", ["deps"]),
+    ("home", "Write the home screen", ["deps"]),
+    ("settings", "Write the settings screen", ["deps"]),
+    ("wire", "Wire screens to the API client", ["api", "home", "settings"]),
+    ("docs", "Document the architecture", []),
+]
+
+
+def max_in_flight(h: Harness) -> int:
+    spans = [(r.arrived, r.finished) for r in h.provider.requests if r.finished is not None]
+    best = 0
+    for start, _ in spans:
+        best = max(best, sum(1 for s, e in spans if s <= start < e))
+    return best
+
+
+async def test_diamond_and_fanout_completes_with_overlap(harness: Harness) -> None:
+    harness.provider.latency_ms = 300
+    plan = make_plan(DIAMOND_FANOUT)
+    report, failure = await run_plan(harness.client, plan, harness.task_queue)
+
+    assert failure is None
+    assert report.status is PlanStatus.COMPLETED
+    assert report.counts.completed == len(DIAMOND_FANOUT)
+    assert report.counts.total == len(DIAMOND_FANOUT)
+    for result in report.subtasks:
+        assert result.status is SubtaskStatus.COMPLETED
+        assert result.result and result.result.startswith("Done:")
+        # The fake agent calls one tool then answers: two calls per subtask.
+        assert result.llm_calls == 2
+        assert result.usage.total_tokens > 0
+    assert report.usage.total_tokens == sum(r.usage.total_tokens for r in report.subtasks)
+    # api/home/settings/docs are independent of each other: they must have overlapped.
+    assert max_in_flight(harness) >= 2
+    assert harness.provider.rejections == []
+
+
+async def test_bad_request_fails_once_skips_dependents_and_finishes_independent(
+    harness: Harness,
+) -> None:
+    plan = make_plan(
+        [
+            ("deps", "Add dependencies [fail:400]", []),
+            ("ui", "Write the UI", ["deps"]),
+            ("tests", "Write tests for the UI", ["ui"]),
+            ("docs", "Write the docs", []),
+        ]
+    )
+    report, failure = await run_plan(harness.client, plan, harness.task_queue)
+
+    assert failure is not None and failure.non_retryable
+    assert report.status is PlanStatus.FAILED
+    results = by_id(report)
+    assert results["deps"].status is SubtaskStatus.FAILED
+    assert results["deps"].error.type == "BadRequest"
+    assert results["deps"].llm_calls == 1
+    assert results["deps"].result is None
+    assert results["ui"].status is SubtaskStatus.SKIPPED
+    assert results["ui"].error.type == "DependencyFailed"
+    assert "deps" in results["ui"].error.message
+    assert results["tests"].status is SubtaskStatus.SKIPPED
+    assert results["docs"].status is SubtaskStatus.COMPLETED
+    assert (report.counts.completed, report.counts.failed, report.counts.skipped) == (1, 1, 2)
+    assert report.counts.total == 4
+    # Exactly one request was answered 400: the bad request was never retried.
+    assert [r.status for r in harness.provider.requests].count(400) == 1
+
+    failed = WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_FAILED
+    assert await workflow_status(harness.client, plan.id) == failed
+    assert await workflow_status(harness.client, f"{plan.id}/deps") == failed
+    completed = WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_COMPLETED
+    assert await workflow_status(harness.client, f"{plan.id}/docs") == completed
+
+
+async def test_server_errors_and_rate_limits_are_retried(harness: Harness) -> None:
+    plan = make_plan(
+        [
+            ("a", "Flaky server [flaky:500x2]", []),
+            ("b", "Rate limited [flaky:429x1:retry-after=1]", []),
+        ]
+    )
+    report, failure = await run_plan(harness.client, plan, harness.task_queue)
+
+    assert failure is None, failure
+    assert report.status is PlanStatus.COMPLETED
+    statuses = [r.status for r in harness.provider.requests]
+    assert statuses.count(500) == 2
+    assert statuses.count(429) == 1
+    # Logical calls stay 2 per subtask: retries are attempts of the same call.
+    assert all(r.llm_calls == 2 for r in report.subtasks)
+
+
+async def test_sequential_subtasks_with_id_reusing_model_are_never_rejected(
+    harness: Harness,
+) -> None:
+    plan = make_plan(
+        [
+            ("one", "Inspect the project", []),
+            ("two", "Change the project [turns:2]", ["one"]),
+            ("three", "Review the change", ["two"]),
+            ("four", "Summarise", ["three"]),
+        ],
+        session_id="shared-session",
+    )
+    report, failure = await run_plan(harness.client, plan, harness.task_queue)
+
+    assert failure is None
+    assert report.counts.completed == 4
+    assert harness.provider.rejections == []
+    # Every tool call id the model sent back was "call_abc123"; none reached the session.
+    ids = [
+        c.id
+        for m in await harness.store.read("shared-session:" + plan.id + ":two:branch")
+        for c in (m.tool_calls or ())
+    ]
+    assert len(ids) == 2 and len(set(ids)) == 2
+    assert "call_abc123" not in ids
+
+
+async def test_failed_subtask_leaves_session_exactly_as_before(harness: Harness) -> None:
+    store = harness.store
+    await store.create_session(SessionMeta(session_id="s-rollback"))
+    before = [
+        Message(id="u1", role="user", content="Build a weather app"),
+        Message(id="a1", role="assistant", content="Sure: I will plan it."),
+    ]
+    await store.append("s-rollback", before)
+    plan = make_plan([("only", "Do it [fail:400]", [])], session_id="s-rollback")
+
+    report, failure = await run_plan(harness.client, plan, harness.task_queue)
+
+    assert failure is not None
+    assert report.counts.failed == 1
+    assert await store.read("s-rollback") == before
+
+
+async def test_parallel_subtasks_are_isolated_and_merge_in_plan_order(harness: Harness) -> None:
+    harness.provider.latency_ms = 100
+    store = harness.store
+    plan = make_plan(
+        [
+            ("left", "Write the left half [turns:3]", []),
+            ("right", "Write the right half", []),
+        ],
+        session_id="s-parallel",
+    )
+    report, failure = await run_plan(harness.client, plan, harness.task_queue)
+
+    assert failure is None
+    left = await store.read(f"s-parallel:{plan.id}:left:branch")
+    right = await store.read(f"s-parallel:{plan.id}:right:branch")
+    left_ids = {m.id for m in left}
+    right_ids = {m.id for m in right}
+    assert left_ids.isdisjoint(right_ids)
+    assert not any("right half" in (m.content or "") for m in left)
+    assert not any("left half" in (m.content or "") for m in right)
+
+    base = await store.read("s-parallel")
+    # "right" finishes first (fewer turns) but "left" is declared first: plan order wins.
+    assert [m.content for m in base] == [
+        by_id(report)["left"].result,
+        by_id(report)["right"].result,
+    ]
+    assert all(not m.is_tool_traffic for m in base)

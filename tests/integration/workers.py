@@ -1,0 +1,64 @@
+"""Worker processes for crash tests: real `python -m worker` processes, killed for real."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class WorkerProcess:
+    """A `dplan-worker` in its own process, configured only through its environment."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.env = {**os.environ, **env}
+        self.log_path = log_path
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        self._log = self.log_path.open("ab")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "worker", "--log-level", "INFO"],
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdout=self._log,
+            stderr=self._log,
+        )
+        return self
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Until the worker logged that it polls (litellm and the SDK load first)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"worker exited early:\n{self.log_path.read_text()[-3000:]}")
+            if b"worker.started" in self.log_path.read_bytes():
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"worker not ready:\n{self.log_path.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hook, no flush, no goodbye — the crash being tested."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGKILL)
+        self._proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None

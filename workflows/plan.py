@@ -1,0 +1,329 @@
+"""PlanWorkflow: run a plan's subtasks as child workflows in dependency order.
+
+The workflow state is the record of what happened: which subtasks completed (with their
+results, calls and usage), which failed and why, which were skipped because a dependency
+failed, which were cancelled. The report is built from that state only, its counts add
+up by construction, and a plan with a failed subtask ends Failed in Temporal
+(``PlanFailed``, report in the details) so Temporal Web never shows a green run that
+wasn't.
+
+History stays far from Temporal's limits: children carry only ids and short results, and
+when the server suggests continue-as-new the workflow stops starting children, lets the
+running ones finish, and continues with its progress carried in the input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import workflow
+from temporalio.exceptions import (
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    FailureError,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from domain.agents import BUILTIN_AGENT_SPECS
+    from domain.contracts import (
+        ACT_MERGE_RESULTS,
+        MergeResultsInput,
+        PlanInput,
+        SubtaskFailureDetails,
+        SubtaskInput,
+    )
+    from domain.models import (
+        ErrorInfo,
+        Plan,
+        PlanReport,
+        PlanStatus,
+        SubtaskResult,
+        SubtaskStatus,
+        Usage,
+    )
+    from domain.plan_loader import validate_plan
+    from domain.scheduling import blocked_by_failure, ready_subtasks
+
+from workflows import policies
+from workflows.subtask import SubtaskWorkflow
+
+MAX_RESULT_EXCERPT = 4000
+PAYLOAD_BUDGET_CHARS = 1_000_000
+
+
+def excerpt_limit(plan: Plan) -> int:
+    """Per-subtask result size kept in workflow state, so carried progress stays small."""
+    return max(200, min(MAX_RESULT_EXCERPT, PAYLOAD_BUDGET_CHARS // len(plan.subtasks)))
+
+
+def excerpt(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"… [truncated {len(text) - limit} chars; full text in the session]"
+
+
+def default_session_id(plan: Plan) -> str:
+    return plan.session_id or f"plan-{plan.id}"
+
+
+def failure_of(err: BaseException) -> tuple[SubtaskStatus, ErrorInfo, SubtaskFailureDetails | None]:
+    """Turn a child's failure into the report's status, error and what it had spent."""
+    cause: BaseException | None = err.cause if isinstance(err, ChildWorkflowError) else err
+    if isinstance(cause, CancelledError):
+        return SubtaskStatus.CANCELLED, ErrorInfo(type="Cancelled", message="cancelled"), None
+    if isinstance(cause, ApplicationError):
+        details: SubtaskFailureDetails | None = None
+        if cause.details and isinstance(cause.details[0], dict):
+            try:
+                details = SubtaskFailureDetails.model_validate(cause.details[0])
+            except ValueError:
+                details = None
+        error = ErrorInfo(type=cause.type or "ApplicationError", message=cause.message)
+        return SubtaskStatus.FAILED, error, details
+    if isinstance(cause, FailureError):
+        return SubtaskStatus.FAILED, ErrorInfo(type=type(cause).__name__, message=str(cause)), None
+    return SubtaskStatus.FAILED, ErrorInfo(type=type(err).__name__, message=str(err)), None
+
+
+@workflow.defn(name="PlanWorkflow")
+class PlanWorkflow:
+    def __init__(self) -> None:
+        self._plan: Plan | None = None
+        self._results: dict[str, SubtaskResult] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._branches: dict[str, str] = {}
+        self._merged: list[str] = []
+        self._changed = False
+        self._started_at_s = 0.0
+        self._cancelled = False
+
+    # ------------------------------------------------------------------ queries
+
+    @workflow.query
+    def status(self) -> PlanReport:
+        return self._report()
+
+    def _report(self) -> PlanReport:
+        plan = self._plan
+        if plan is None:
+            return PlanReport.build("", [])
+        results = []
+        for st in plan.subtasks:
+            done = self._results.get(st.id)
+            if done is not None:
+                results.append(done)
+            else:
+                status = SubtaskStatus.RUNNING if st.id in self._running else SubtaskStatus.PENDING
+                results.append(SubtaskResult(id=st.id, status=status, agent=st.agent))
+        elapsed = workflow.now().timestamp() - self._started_at_s if self._started_at_s else 0.0
+        return PlanReport.build(
+            plan.id, results, duration_s=max(elapsed, 0.0), cancelled=self._cancelled
+        )
+
+    def _statuses(self) -> dict[str, SubtaskStatus]:
+        statuses = {sid: r.status for sid, r in self._results.items()}
+        for sid in self._running:
+            statuses[sid] = SubtaskStatus.RUNNING
+        return statuses
+
+    # ------------------------------------------------------------------ run
+
+    @workflow.run
+    async def run(self, inp: PlanInput) -> PlanReport:
+        plan = inp.plan
+        self._plan = plan
+        problems = validate_plan(plan, known_agents=BUILTIN_AGENT_SPECS)
+        if problems:
+            raise ApplicationError(
+                f"invalid plan {plan.id!r}: " + "; ".join(problems),
+                list(problems),
+                type="InvalidPlan",
+                non_retryable=True,
+            )
+        self._results = {r.id: r for r in inp.results}
+        self._merged = list(inp.merged)
+        self._branches = dict(inp.branches)
+        self._started_at_s = inp.started_at_s or workflow.now().timestamp()
+
+        try:
+            carried_over = await self._drive(plan, inp)
+        except asyncio.CancelledError:
+            await self._cancel_everything(plan)
+            raise
+        if carried_over:
+            workflow.continue_as_new(
+                PlanInput(
+                    plan=plan,
+                    results=tuple(
+                        self._results[s.id] for s in plan.subtasks if s.id in self._results
+                    ),
+                    merged=tuple(self._merged),
+                    branches=tuple(self._branches.items()),
+                    started_at_s=self._started_at_s,
+                    max_completions_per_run=inp.max_completions_per_run,
+                )
+            )
+
+        report = self._report()
+        if report.status is PlanStatus.FAILED:
+            failed = [r for r in report.subtasks if r.status is SubtaskStatus.FAILED]
+            first = failed[0]
+            assert first.error is not None
+            raise ApplicationError(
+                f"plan {plan.id!r} failed: {report.counts.failed} of {len(report.subtasks)} "
+                f"subtasks failed, {report.counts.skipped} skipped; first failure: "
+                f"{first.id}: {first.error.type}: {first.error.message}",
+                report,
+                type="PlanFailed",
+                non_retryable=True,
+            )
+        return report
+
+    async def _drive(self, plan: Plan, inp: PlanInput) -> bool:
+        """Schedule until every subtask is terminal; True when it is time to continue-as-new.
+
+        ``_changed`` is cleared before anything that awaits, so a child finishing during
+        the merge activity is seen by the scheduling step right after it, and a child
+        finishing after that wakes the wait below: no completion is ever missed.
+        """
+        results_at_start = len(self._results)
+        winding_down = False
+        while True:
+            self._changed = False
+            await self._merge_ready(plan)
+            self._schedule(plan, inp, start_new=not winding_down)
+            if not self._running:
+                if winding_down:
+                    return True
+                if all(s.id in self._results for s in plan.subtasks):
+                    await self._merge_ready(plan)
+                    return False
+                stuck = [s.id for s in plan.subtasks if s.id not in self._results]
+                raise ApplicationError(
+                    f"scheduler stalled with {len(stuck)} subtasks neither runnable nor blocked: "
+                    + ", ".join(stuck[:10]),
+                    type="SchedulerStalled",
+                    non_retryable=True,
+                )
+            await workflow.wait_condition(lambda: self._changed)
+            limit = inp.max_completions_per_run
+            if workflow.info().is_continue_as_new_suggested() or (
+                limit is not None and len(self._results) - results_at_start >= limit
+            ):
+                winding_down = not all(s.id in self._results for s in plan.subtasks)
+
+    def _schedule(self, plan: Plan, inp: PlanInput, *, start_new: bool) -> None:
+        """Skip what can never run, then start what can, up to ``max_parallel`` (no awaits)."""
+        statuses = self._statuses()
+        for sid, root in blocked_by_failure(plan, statuses).items():
+            root_status = statuses.get(root, SubtaskStatus.FAILED).value
+            self._results[sid] = SubtaskResult(
+                id=sid,
+                status=SubtaskStatus.SKIPPED,
+                agent=plan.subtask(sid).agent,
+                error=ErrorInfo(type="DependencyFailed", message=f"{root} {root_status}"),
+            )
+            statuses[sid] = SubtaskStatus.SKIPPED
+        if not start_new:
+            return
+        for sid in ready_subtasks(plan, statuses):
+            if len(self._running) >= plan.max_parallel:
+                break
+            self._start(plan, sid, inp)
+
+    def _start(self, plan: Plan, sid: str, inp: PlanInput) -> None:
+        sub = plan.subtask(sid)
+        child_input = SubtaskInput(
+            plan_id=plan.id,
+            subtask=sub,
+            base_session_id=default_session_id(plan),
+            dependency_branches=tuple((d, self._branches[d]) for d in sub.depends_on),
+            dependency_descriptions=tuple(plan.subtask(d).description for d in sub.depends_on),
+            budget=plan.budget,
+        )
+        self._running[sid] = asyncio.create_task(self._run_child(plan, sid, child_input))
+
+    async def _run_child(self, plan: Plan, sid: str, child_input: SubtaskInput) -> None:
+        agent = child_input.subtask.agent
+        try:
+            outcome = await workflow.execute_child_workflow(
+                SubtaskWorkflow.run,
+                child_input,
+                id=f"{plan.id}/{sid}",
+                static_summary=f"{agent}: {child_input.subtask.description[:120]}",
+            )
+            self._branches[sid] = outcome.branch_session_id
+            self._results[sid] = SubtaskResult(
+                id=sid,
+                status=SubtaskStatus.COMPLETED,
+                agent=agent,
+                result=excerpt(outcome.result, excerpt_limit(plan)),
+                llm_calls=outcome.llm_calls,
+                usage=outcome.usage,
+            )
+        except asyncio.CancelledError:
+            self._results[sid] = SubtaskResult(
+                id=sid,
+                status=SubtaskStatus.CANCELLED,
+                agent=agent,
+                error=ErrorInfo(type="Cancelled", message="the plan was cancelled"),
+            )
+            raise
+        except (ChildWorkflowError, FailureError) as err:
+            status, error, details = failure_of(err)
+            self._results[sid] = SubtaskResult(
+                id=sid,
+                status=status,
+                agent=agent,
+                error=error,
+                llm_calls=details.llm_calls if details else 0,
+                usage=details.usage if details else Usage(),
+            )
+        finally:
+            self._running.pop(sid, None)
+            self._changed = True
+
+    async def _merge_ready(self, plan: Plan) -> None:
+        """Merge completed results into the base session in declaration order.
+
+        A result waits for every subtask declared before it to finish, so the base
+        session's order does not depend on which child happened to finish first.
+        """
+        merged = set(self._merged)
+        batch: list[tuple[str, str]] = []
+        for st in plan.subtasks:
+            if st.id in merged:
+                continue
+            result = self._results.get(st.id)
+            if result is None:
+                break
+            if result.status is SubtaskStatus.COMPLETED and st.id in self._branches:
+                batch.append((st.id, self._branches[st.id]))
+            self._merged.append(st.id)
+            merged.add(st.id)
+        if batch:
+            await workflow.execute_activity(
+                ACT_MERGE_RESULTS,
+                MergeResultsInput(
+                    plan_id=plan.id, base_session_id=default_session_id(plan), entries=tuple(batch)
+                ),
+                start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
+                heartbeat_timeout=policies.SHORT_HEARTBEAT,
+                retry_policy=policies.SESSION_RETRY,
+            )
+
+    async def _cancel_everything(self, plan: Plan) -> None:
+        self._cancelled = True
+        tasks = list(self._running.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for st in plan.subtasks:
+            if st.id not in self._results:
+                self._results[st.id] = SubtaskResult(
+                    id=st.id,
+                    status=SubtaskStatus.CANCELLED,
+                    agent=st.agent,
+                    error=ErrorInfo(type="Cancelled", message="the plan was cancelled first"),
+                )

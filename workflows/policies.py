@@ -1,0 +1,50 @@
+"""Timeouts and retry policies, in one place so every call site agrees.
+
+Temporal owns every retry (litellm's own are off), so these numbers bound how long a plan
+keeps trying and how fast a dead worker is noticed (heartbeat timeout).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+# Errors classified non-retryable by activities/llm_errors.py; listed here too so that a
+# wrongly flagged error of these types is still never retried.
+NON_RETRYABLE_LLM_ERRORS = [
+    "BadRequest",
+    "ContextWindowExceeded",
+    "ContentPolicy",
+    "Authentication",
+    "PermissionDenied",
+    "NotFound",
+    "BudgetExceeded",
+    "UnprocessableEntity",
+]
+
+LLM_START_TO_CLOSE = timedelta(minutes=3)
+LLM_HEARTBEAT = timedelta(seconds=8)
+LLM_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=6,
+    non_retryable_error_types=NON_RETRYABLE_LLM_ERRORS,
+)
+
+TOOL_START_TO_CLOSE = timedelta(minutes=2)
+# Activities heartbeat every second; a silent one is retried elsewhere after this.
+SHORT_HEARTBEAT = timedelta(seconds=5)
+TOOL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=5,
+)
+
+SESSION_START_TO_CLOSE = timedelta(minutes=2)
+SESSION_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=10,
+)
