@@ -158,6 +158,7 @@ def plan_turn(
         tool = order[turns_done % len(order)]
         return PlannedTurn(None, (PlannedCall(tool_name(tool), _arguments_for(tool, task)),))
     results = [m for m in since if m.get("role") == "tool"]
+    task = task.rstrip(". ")  # "Done: <task>." must not end in ".."
     if results:
         quoted = text_of(results[-1].get("content"))[:QUOTE_CHARS]
         return PlannedTurn(f"Done: {task}. Based on the tool result: {quoted}")

@@ -30,9 +30,9 @@ from domain.secrets import scrub_secrets
 from session_store import SessionNotFound, SessionStore
 
 
-def merged_result_id(plan_id: str, subtask_id: str) -> str:
+def merged_result_id(plan_run_id: str, subtask_id: str) -> str:
     """The id a subtask's result has in the base session (a second merge is a no-op)."""
-    return message_id(f"{plan_id}/merge", subtask_id)
+    return message_id(f"{plan_run_id}/merge", subtask_id)
 
 
 class SessionActivities:
@@ -87,7 +87,7 @@ class SessionActivities:
 
         # The view is built from the snapshot, so every attempt sees the same base.
         base_view = await store.read_snapshot(inp.snapshot_id)
-        scope = f"{inp.plan_id}/{inp.subtask.id}"
+        scope = f"{inp.plan_run_id}/{inp.subtask.id}"
         spec = agent_spec(inp.subtask.agent)
         isolated = isolate_for_subtask(base_view, deps, context_id=message_id(scope, "deps"))
         messages = [
@@ -136,7 +136,7 @@ class SessionActivities:
                 continue
             messages.append(
                 Message(
-                    id=merged_result_id(inp.plan_id, subtask_id),
+                    id=merged_result_id(inp.plan_run_id, subtask_id),
                     role="assistant",
                     content=result,
                 )

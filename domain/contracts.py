@@ -25,7 +25,7 @@ class _Payload(BaseModel):
 
 
 class BeginSubtaskInput(_Payload):
-    plan_id: str
+    plan_run_id: str
     subtask: Subtask
     base_session_id: str
     branch_session_id: str
@@ -50,7 +50,7 @@ class EndSubtaskInput(_Payload):
 
 
 class MergeResultsInput(_Payload):
-    plan_id: str
+    plan_run_id: str
     base_session_id: str
     # (subtask_id, branch_session_id) in the deterministic order they are merged.
     entries: tuple[tuple[str, str], ...]
@@ -97,7 +97,10 @@ class ToolCallOutput(_Payload):
 
 
 class SubtaskInput(_Payload):
-    plan_id: str
+    # ``{plan_id}.{run key}``: one execution of a plan. Branch, snapshot and message ids
+    # derive from it, so running the same plan file again never finds (and silently
+    # reuses) the previous run's conversation.
+    plan_run_id: str
     subtask: Subtask
     base_session_id: str
     dependency_branches: tuple[tuple[str, str], ...] = ()

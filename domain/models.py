@@ -215,6 +215,9 @@ class SubtaskResult(_Frozen):
     error: ErrorInfo | None = None
     llm_calls: NonNegativeInt = 0
     usage: Usage = Usage()
+    # Where the subtask's whole conversation is (its session branch), for whoever wants
+    # more than the report's excerpt.
+    session_id: str | None = None
 
     @model_validator(mode="after")
     def _truthful(self) -> SubtaskResult:

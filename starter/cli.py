@@ -84,10 +84,78 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK if plan is not None else EXIT_INVALID
 
 
+# --------------------------------------------------------------------------- run, status
+# The client side (Temporal, rich, litellm via the in-process worker) is imported on use:
+# `dplan validate` stays instant and works without a server.
+
+EXIT_INTERRUPTED = 130
+
+
+def _add_run_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="start a plan and follow it to the end",
+        description=(
+            "Start a plan as a PlanWorkflow. Exit 0 completed, 1 failed or cancelled, "
+            "2 invalid input."
+        ),
+    )
+    parser.add_argument("plan", metavar="PLAN", help="path to the plan file")
+    parser.add_argument(
+        "--embedded",
+        action="store_true",
+        help="start a Temporal dev server and a worker in this process if none is reachable",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print only the final report, as JSON, on stdout"
+    )
+    parser.add_argument(
+        "--no-wait", action="store_true", help="print the plan id and Web address, then exit"
+    )
+    parser.set_defaults(handler=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from starter.run_command import run_plan
+
+    try:
+        return asyncio.run(
+            run_plan(args.plan, embedded=args.embedded, json_output=args.json, no_wait=args.no_wait)
+        )
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _add_status_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "status",
+        help="live per-subtask status of a plan",
+        description="Query a plan's PlanWorkflow for its live status.",
+    )
+    parser.add_argument("plan_id", metavar="PLAN_ID", help="the plan (workflow) id")
+    parser.add_argument("--json", action="store_true", help="print the status report as JSON")
+    parser.set_defaults(handler=cmd_status)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from starter.run_command import status_command
+
+    try:
+        return asyncio.run(status_command(args.plan_id, json_output=args.json))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
 # --------------------------------------------------------------------------- entry point
 
 _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     _add_validate_parser,
+    _add_run_parser,
+    _add_status_parser,
 )
 
 

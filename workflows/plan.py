@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         SubtaskFailureDetails,
         SubtaskInput,
     )
+    from domain.ids import stable_id
     from domain.models import (
         ErrorInfo,
         Plan,
@@ -97,6 +98,7 @@ class PlanWorkflow:
         self._changed = False
         self._started_at_s = 0.0
         self._cancelled = False
+        self._plan_run_id = ""
 
     # ------------------------------------------------------------------ queries
 
@@ -141,6 +143,10 @@ class PlanWorkflow:
                 type="InvalidPlan",
                 non_retryable=True,
             )
+        # Stable across continue-as-new, new for every fresh run of the same plan id.
+        # (Hashed: run ids are time-ordered, so their prefixes repeat between runs.)
+        run_key = stable_id(workflow.info().first_execution_run_id, length=10)
+        self._plan_run_id = f"{plan.id}.{run_key}"
         self._results = {r.id: r for r in inp.results}
         self._merged = list(inp.merged)
         self._branches = dict(inp.branches)
@@ -191,6 +197,9 @@ class PlanWorkflow:
         winding_down = False
         while True:
             self._changed = False
+            # Start what became runnable first: the merge activity below would otherwise
+            # delay every dependent child by a round trip.
+            self._schedule(plan, inp, start_new=not winding_down)
             await self._merge_ready(plan)
             self._schedule(plan, inp, start_new=not winding_down)
             if not self._running:
@@ -235,7 +244,7 @@ class PlanWorkflow:
     def _start(self, plan: Plan, sid: str, inp: PlanInput) -> None:
         sub = plan.subtask(sid)
         child_input = SubtaskInput(
-            plan_id=plan.id,
+            plan_run_id=self._plan_run_id,
             subtask=sub,
             base_session_id=default_session_id(plan),
             dependency_branches=tuple((d, self._branches[d]) for d in sub.depends_on),
@@ -261,6 +270,7 @@ class PlanWorkflow:
                 result=excerpt(outcome.result, excerpt_limit(plan)),
                 llm_calls=outcome.llm_calls,
                 usage=outcome.usage,
+                session_id=outcome.branch_session_id,
             )
         except asyncio.CancelledError:
             self._results[sid] = SubtaskResult(
@@ -279,6 +289,7 @@ class PlanWorkflow:
                 error=error,
                 llm_calls=details.llm_calls if details else 0,
                 usage=details.usage if details else Usage(),
+                session_id=details.branch_session_id if details else None,
             )
         finally:
             self._running.pop(sid, None)
@@ -306,7 +317,9 @@ class PlanWorkflow:
             await workflow.execute_activity(
                 ACT_MERGE_RESULTS,
                 MergeResultsInput(
-                    plan_id=plan.id, base_session_id=default_session_id(plan), entries=tuple(batch)
+                    plan_run_id=self._plan_run_id,
+                    base_session_id=default_session_id(plan),
+                    entries=tuple(batch),
                 ),
                 start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
                 heartbeat_timeout=policies.SHORT_HEARTBEAT,

@@ -38,8 +38,8 @@ with workflow.unsafe.imports_passed_through():
 from workflows import policies
 
 
-def branch_session_id(base_session_id: str, plan_id: str, subtask_id: str) -> str:
-    return f"{base_session_id}:{plan_id}:{subtask_id}:branch"
+def branch_session_id(base_session_id: str, plan_run_id: str, subtask_id: str) -> str:
+    return f"{base_session_id}:{plan_run_id}:{subtask_id}:branch"
 
 
 class SubtaskFailed(Exception):
@@ -72,15 +72,15 @@ class SubtaskWorkflow:
     async def run(self, inp: SubtaskInput) -> SubtaskOutcome:
         sub = inp.subtask
         spec = agent_spec(sub.agent)
-        branch = branch_session_id(inp.base_session_id, inp.plan_id, sub.id)
-        snap = snapshot_id(inp.base_session_id, inp.plan_id, sub.id)
-        scope = workflow.info().workflow_id
+        branch = branch_session_id(inp.base_session_id, inp.plan_run_id, sub.id)
+        snap = snapshot_id(inp.base_session_id, inp.plan_run_id, sub.id)
+        scope = f"{inp.plan_run_id}/{sub.id}"
 
         self._phase = "isolating"
         await workflow.execute_activity(
             ACT_BEGIN_SUBTASK,
             BeginSubtaskInput(
-                plan_id=inp.plan_id,
+                plan_run_id=inp.plan_run_id,
                 subtask=sub,
                 base_session_id=inp.base_session_id,
                 branch_session_id=branch,

@@ -128,7 +128,9 @@ async def test_sigkill_mid_plan_then_new_worker_completes_without_repeats(
         assert len(base) == len(CRASH_PLAN)
         assert len({m.id for m in base}) == len(base)
         for sid, description, _ in CRASH_PLAN:
-            branch = await store.read(f"crash-session:{plan.id}:{sid}:branch")
+            branch_id = next(r.session_id for r in report.subtasks if r.id == sid)
+            assert branch_id is not None
+            branch = await store.read(branch_id)
             ids = [m.id for m in branch]
             assert len(ids) == len(set(ids))
             turns = 2 if "[turns:2]" in description else 1

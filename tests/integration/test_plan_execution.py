@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import CancelledError
 
-from domain.models import Message, PlanStatus, SessionMeta, SubtaskStatus
+from domain.contracts import PlanInput
+from domain.models import Message, PlanReport, PlanStatus, SessionMeta, SubtaskStatus
 from tests.integration.conftest import Harness
 from tests.integration.plans import by_id, make_plan, run_plan, workflow_status
+from tests.integration.replay import assert_replays
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +54,8 @@ async def test_diamond_and_fanout_completes_with_overlap(harness: Harness) -> No
     # api/home/settings/docs are independent of each other: they must have overlapped.
     assert max_in_flight(harness) >= 2
     assert harness.provider.rejections == []
+    ids = [plan.id, *(f"{plan.id}/{sid}" for sid, _, _ in DIAMOND_FANOUT)]
+    assert await assert_replays(harness.client, ids) == len(ids)
 
 
 async def test_bad_request_fails_once_skips_dependents_and_finishes_independent(
@@ -85,6 +93,7 @@ async def test_bad_request_fails_once_skips_dependents_and_finishes_independent(
     assert await workflow_status(harness.client, f"{plan.id}/deps") == failed
     completed = WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_COMPLETED
     assert await workflow_status(harness.client, f"{plan.id}/docs") == completed
+    await assert_replays(harness.client, [plan.id, f"{plan.id}/deps", f"{plan.id}/docs"])
 
 
 async def test_server_errors_and_rate_limits_are_retried(harness: Harness) -> None:
@@ -125,7 +134,7 @@ async def test_sequential_subtasks_with_id_reusing_model_are_never_rejected(
     # Every tool call id the model sent back was "call_abc123"; none reached the session.
     ids = [
         c.id
-        for m in await harness.store.read("shared-session:" + plan.id + ":two:branch")
+        for m in await harness.store.read(by_id(report)["two"].session_id or "")
         for c in (m.tool_calls or ())
     ]
     assert len(ids) == 2 and len(set(ids)) == 2
@@ -162,8 +171,8 @@ async def test_parallel_subtasks_are_isolated_and_merge_in_plan_order(harness: H
     report, failure = await run_plan(harness.client, plan, harness.task_queue)
 
     assert failure is None
-    left = await store.read(f"s-parallel:{plan.id}:left:branch")
-    right = await store.read(f"s-parallel:{plan.id}:right:branch")
+    left = await store.read(by_id(report)["left"].session_id or "")
+    right = await store.read(by_id(report)["right"].session_id or "")
     left_ids = {m.id for m in left}
     right_ids = {m.id for m in right}
     assert left_ids.isdisjoint(right_ids)
@@ -177,3 +186,63 @@ async def test_parallel_subtasks_are_isolated_and_merge_in_plan_order(harness: H
         by_id(report)["right"].result,
     ]
     assert all(not m.is_tool_traffic for m in base)
+
+
+async def test_continue_as_new_carries_progress_and_loses_nothing(harness: Harness) -> None:
+    subtasks = [(f"s{i}", f"Step {i}", [f"s{i - 1}"] if i % 3 else []) for i in range(9)]
+    plan = make_plan(subtasks, session_id="s-can", max_parallel=2)
+    report, failure = await run_plan(
+        harness.client, plan, harness.task_queue, max_completions_per_run=2
+    )
+
+    assert failure is None
+    assert report.counts.completed == 9
+    assert [r.id for r in report.subtasks] == [sid for sid, _, _ in subtasks]
+    assert all(r.llm_calls == 2 and r.result for r in report.subtasks)
+    # Each subtask ran exactly once across all runs: two calls each, nothing repeated.
+    assert len(harness.provider.completions()) == 18
+    assert max(harness.provider.identical_request_counts(completed_only=True).values()) == 1
+    base = await harness.store.read("s-can")
+    assert [m.content for m in base] == [r.result for r in report.subtasks]
+    runs = await assert_replays(harness.client, [plan.id])
+    assert runs >= 4, f"expected several continue-as-new runs, got {runs}"
+
+
+async def test_cancelled_plan_reports_cancelled_and_cancels_children(harness: Harness) -> None:
+    harness.provider.latency_ms = 1500
+    plan = make_plan([("slow", "Think slowly", []), ("after", "Then this", ["slow"])])
+    handle = await harness.client.start_workflow(
+        "PlanWorkflow", PlanInput(plan=plan), id=plan.id, task_queue=harness.task_queue
+    )
+    for _ in range(100):
+        status = await handle.query("status", result_type=PlanReport)
+        if status.counts.running:
+            break
+        await asyncio.sleep(0.05)
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    assert isinstance(info.value.cause, CancelledError)
+
+    report = await handle.query("status", result_type=PlanReport)
+    assert report.status is PlanStatus.CANCELLED
+    assert report.counts.cancelled == 2 and report.counts.total == 2
+    cancelled = WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CANCELED
+    assert await workflow_status(harness.client, plan.id) == cancelled
+    assert await workflow_status(harness.client, f"{plan.id}/slow") == cancelled
+    await assert_replays(harness.client, [plan.id, f"{plan.id}/slow"])
+
+
+async def test_running_the_same_plan_again_runs_it_again(harness: Harness) -> None:
+    plan = make_plan([("only", "Count the files", [])], session_id="s-again")
+    first, _ = await run_plan(harness.client, plan, harness.task_queue)
+    # The server treats a start within a second of the previous run's close as a
+    # duplicate request of that run; a person re-running a plan is slower than that.
+    await asyncio.sleep(1.5)
+    second, _ = await run_plan(harness.client, plan, harness.task_queue)
+
+    assert first.status is second.status is PlanStatus.COMPLETED
+    # A fresh run never finds (and silently reuses) the earlier run's conversation.
+    assert first.subtasks[0].session_id != second.subtasks[0].session_id
+    assert len(harness.provider.completions()) == 4
+    assert len(await harness.store.read("s-again")) == 2

@@ -1,0 +1,292 @@
+"""The client side of a plan: connect, start, wait for the report, ask for live status.
+
+Every way a PlanWorkflow can end is turned into a ``PlanReport`` here, so the CLI and
+other callers deal with one type: a completed run returns it, a failed run carries it in
+its ``PlanFailed`` error, and a cancelled or terminated run is asked for it through the
+``status`` query. Only a plan that never ran (``InvalidPlan``) is an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from pydantic import ValidationError
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import (
+    ApplicationError,
+    CancelledError,
+    TerminatedError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.exceptions import TimeoutError as WorkflowTimeoutError
+from temporalio.service import RPCError, RPCStatusCode
+
+from domain.contracts import PlanInput
+from domain.models import Plan, PlanReport, SubtaskStatus
+from domain.secrets import scrub_secrets
+from settings import Settings
+
+__all__ = [
+    "PLAN_WORKFLOW",
+    "STATUS_QUERY",
+    "InvalidPlanError",
+    "PlanAlreadyRunning",
+    "PlanClientError",
+    "PlanNotFound",
+    "PlanStatusUnavailable",
+    "TemporalUnreachable",
+    "connect",
+    "plan_status",
+    "query_status",
+    "settle_stopped",
+    "start_plan",
+    "ui_base_for",
+    "wait_for_report",
+    "web_url",
+    "worker_count",
+]
+
+PLAN_WORKFLOW = "PlanWorkflow"
+STATUS_QUERY = "status"
+PLAN_FAILED = "PlanFailed"
+INVALID_PLAN = "InvalidPlan"
+
+_CONNECT_TIMEOUT_S = 10.0
+# A query needs a worker to answer it; without one the server holds the call open. A
+# bounded wait turns "hangs forever" into a message that says what is missing.
+_QUERY_TIMEOUT = timedelta(seconds=10)
+_GOAL_SUMMARY_CHARS = 200
+
+
+class PlanClientError(Exception):
+    """Base of the errors this module raises; their text is meant for a person."""
+
+
+class TemporalUnreachable(PlanClientError):
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__(f"cannot reach a Temporal server at {address}: {reason}")
+        self.address = address
+        self.reason = reason
+
+
+class PlanAlreadyRunning(PlanClientError):
+    def __init__(self, plan_id: str) -> None:
+        super().__init__(f"plan '{plan_id}' is already running")
+        self.plan_id = plan_id
+
+
+class PlanNotFound(PlanClientError):
+    def __init__(self, plan_id: str, namespace: str) -> None:
+        super().__init__(f"no plan with id '{plan_id}' in namespace '{namespace}'")
+        self.plan_id = plan_id
+
+
+class InvalidPlanError(PlanClientError):
+    """The workflow rejected the plan before running any subtask."""
+
+
+class PlanStatusUnavailable(PlanClientError):
+    """The plan exists but its status cannot be read now (e.g. no worker is running)."""
+
+
+async def connect(settings: Settings) -> Client:
+    """A client that carries the domain's pydantic models as payloads.
+
+    Raises ``TemporalUnreachable`` (naming the address) instead of the SDK's transport
+    error, and gives up after a bounded time instead of hanging on a black-holed host.
+    """
+    address = settings.temporal_address
+    try:
+        return await asyncio.wait_for(
+            Client.connect(
+                address,
+                namespace=settings.temporal_namespace,
+                data_converter=pydantic_data_converter,
+            ),
+            timeout=_CONNECT_TIMEOUT_S,
+        )
+    except TimeoutError as err:
+        raise TemporalUnreachable(address, f"no answer within {_CONNECT_TIMEOUT_S:g}s") from err
+    except RuntimeError as err:
+        raise TemporalUnreachable(address, _short_reason(err)) from err
+
+
+def _short_reason(err: BaseException) -> str:
+    text = str(err)
+    for marker, reason in (
+        ("Connection refused", "connection refused"),
+        ("dns error", "host name not found"),
+        ("timed out", "connection timed out"),
+    ):
+        if marker.lower() in text.lower():
+            return reason
+    return text.splitlines()[0][:200] if text else type(err).__name__
+
+
+async def start_plan(
+    client: Client, plan: Plan, settings: Settings
+) -> WorkflowHandle[Any, PlanReport]:
+    """Start ``PlanWorkflow`` with workflow id = plan id.
+
+    The memo and summary show the goal and size in Temporal Web; they are scrubbed and
+    short, since memos are stored with the history and readable by anyone with UI access.
+    A finished plan with the same id may be run again; a running one may not.
+    """
+    goal = scrub_secrets(plan.goal)[:_GOAL_SUMMARY_CHARS]
+    try:
+        handle: WorkflowHandle[Any, PlanReport] = await client.start_workflow(
+            PLAN_WORKFLOW,
+            PlanInput(plan=plan),
+            id=plan.id,
+            task_queue=settings.task_queue,
+            result_type=PlanReport,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            memo={"goal": goal, "subtask_count": len(plan.subtasks)},
+            static_summary=goal or None,
+        )
+    except WorkflowAlreadyStartedError as err:
+        raise PlanAlreadyRunning(plan.id) from err
+    return handle
+
+
+async def wait_for_report(handle: WorkflowHandle[Any, PlanReport]) -> PlanReport:
+    """Block until the plan ends and return its report, however it ended."""
+    try:
+        return await handle.result()
+    except WorkflowFailureError as err:
+        return await _report_from_failure(handle, err.cause)
+
+
+async def _report_from_failure(
+    handle: WorkflowHandle[Any, PlanReport], cause: BaseException
+) -> PlanReport:
+    if isinstance(cause, ApplicationError):
+        if cause.type == PLAN_FAILED and cause.details:
+            try:
+                return PlanReport.model_validate(cause.details[0])
+            except ValidationError as bad:
+                raise PlanClientError(
+                    f"plan '{handle.id}' failed, but its report is unreadable: {bad}"
+                ) from cause
+        if cause.type == INVALID_PLAN:
+            raise InvalidPlanError(f"plan '{handle.id}' is invalid: {cause.message}") from cause
+    if isinstance(cause, CancelledError | TerminatedError | WorkflowTimeoutError):
+        return await _report_after_stop(handle)
+    raise PlanClientError(f"plan '{handle.id}' failed unexpectedly: {cause}") from cause
+
+
+async def _report_after_stop(handle: WorkflowHandle[Any, PlanReport]) -> PlanReport:
+    """The state a stopped plan reached, with nothing left pending or running.
+
+    The query replays the closed workflow on a worker; when none answers, the report is
+    synthesized from the id alone rather than leaving the caller without an outcome.
+    """
+    try:
+        report = await query_status(handle)
+    except (PlanStatusUnavailable, RPCError):
+        return PlanReport.build(handle.id, [], cancelled=True)
+    return settle_stopped(report)
+
+
+def settle_stopped(report: PlanReport) -> PlanReport:
+    """A stopped plan's report: subtasks that never finished become ``cancelled``."""
+    results = [
+        r if r.status.is_terminal else r.model_copy(update={"status": SubtaskStatus.CANCELLED})
+        for r in report.subtasks
+    ]
+    return PlanReport.build(report.plan_id, results, duration_s=report.duration_s, cancelled=True)
+
+
+async def query_status(handle: WorkflowHandle[Any, Any]) -> PlanReport:
+    """The live report from the running workflow (or a replay of a closed one)."""
+    try:
+        report: PlanReport = await handle.query(
+            STATUS_QUERY, result_type=PlanReport, rpc_timeout=_QUERY_TIMEOUT
+        )
+    except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as err:
+        raise PlanStatusUnavailable(f"plan '{handle.id}' did not answer: {err}") from err
+    except RPCError as err:
+        if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+            raise PlanStatusUnavailable(
+                f"plan '{handle.id}' did not answer within {_QUERY_TIMEOUT.seconds}s; "
+                "is a worker running (dplan-worker)?"
+            ) from err
+        raise
+    return report
+
+
+async def plan_status(client: Client, plan_id: str) -> PlanReport:
+    """The plan's report now: live while it runs, final once it has ended.
+
+    A finished plan is read from its result or failure, which needs no worker; only a
+    running one is queried.
+    """
+    handle: WorkflowHandle[Any, PlanReport] = client.get_workflow_handle(
+        plan_id, result_type=PlanReport
+    )
+    try:
+        description = await handle.describe()
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            return await query_status(handle)
+        return await wait_for_report(handle)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise PlanNotFound(plan_id, client.namespace) from err
+        raise
+
+
+async def worker_count(
+    client: Client, task_queue: str, *, seen_within: timedelta = timedelta(minutes=2)
+) -> int:
+    """How many workers recently polled ``task_queue`` for workflow tasks.
+
+    The server remembers pollers for a while after they die, hence the freshness window;
+    a worker long-polls about once a minute, so a live one is always within it.
+    """
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    cutoff = datetime.now(UTC) - seen_within
+    return sum(
+        1 for poller in response.pollers if poller.last_access_time.ToDatetime(UTC) >= cutoff
+    )
+
+
+def ui_base_for(settings: Settings) -> str:
+    """Where Temporal Web most likely is: the dev server's convention, gRPC port + 1000."""
+    address = settings.temporal_address
+    parts = urlsplit(address if "//" in address else f"//{address}")
+    host = parts.hostname or "localhost"
+    port = (parts.port or 7233) + 1000
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def web_url(settings_or_ui_base: Settings | str, namespace: str, workflow_id: str) -> str:
+    """Temporal Web link to a workflow (the UI redirects to its latest run)."""
+    base = (
+        ui_base_for(settings_or_ui_base)
+        if isinstance(settings_or_ui_base, Settings)
+        else settings_or_ui_base
+    ).rstrip("/")
+    return f"{base}/namespaces/{quote(namespace, safe='')}/workflows/{quote(workflow_id, safe='')}"

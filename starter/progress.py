@@ -1,0 +1,316 @@
+"""Watching a plan run: a live table on a terminal, plain lines anywhere else.
+
+The display only ever shows what the workflow reports through its ``status`` query, so a
+person sees exactly what Temporal knows, never an optimistic guess made by the CLI (seed
+002: a UI that said "8/8 completed" while the plan had failed).
+
+On a terminal the table redraws in place; in a pipe, CI log or file each subtask's status
+change becomes one plain line with no ANSI codes, so logs stay greppable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.table import Table
+from rich.text import Text
+
+from domain.models import Plan, PlanReport, PlanStatus, SubtaskResult, SubtaskStatus
+
+__all__ = [
+    "StatusFn",
+    "follow_progress",
+    "render_report",
+    "report_renderable",
+]
+
+StatusFn = Callable[[], Awaitable[PlanReport]]
+
+POLL_INTERVAL_S = 0.3
+_EXCERPT_CHARS = 60
+
+# symbol, style; RUNNING is drawn as a spinner on a terminal.
+_LOOK: Mapping[SubtaskStatus, tuple[str, str]] = {
+    SubtaskStatus.PENDING: ("·", "dim"),
+    SubtaskStatus.RUNNING: ("▸", "cyan"),
+    SubtaskStatus.COMPLETED: ("✓", "green"),
+    SubtaskStatus.FAILED: ("✗", "bold red"),
+    SubtaskStatus.SKIPPED: ("↷", "yellow"),
+    SubtaskStatus.CANCELLED: ("⊘", "magenta"),
+}
+_PLAN_STYLE: Mapping[PlanStatus, str] = {
+    PlanStatus.RUNNING: "cyan",
+    PlanStatus.COMPLETED: "bold green",
+    PlanStatus.FAILED: "bold red",
+    PlanStatus.CANCELLED: "bold magenta",
+}
+
+
+def _one_line(text: str | None, limit: int = _EXCERPT_CHARS) -> str:
+    if not text:
+        return ""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _detail(result: SubtaskResult, description: str | None) -> str:
+    if result.error is not None:
+        return f"{result.error.type}: {result.error.message}"
+    if result.result is not None:
+        return result.result
+    return description or ""
+
+
+def _elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+def _counts_line(report: PlanReport) -> str:
+    c = report.counts
+    done = c.completed + c.failed + c.skipped + c.cancelled
+    parts = [f"{done}/{c.total} done"]
+    for label, value in (
+        ("running", c.running),
+        ("completed", c.completed),
+        ("failed", c.failed),
+        ("skipped", c.skipped),
+        ("cancelled", c.cancelled),
+    ):
+        if value:
+            parts.append(f"{value} {label}")
+    return " · ".join(parts)
+
+
+@dataclass
+class _LiveView:
+    """What the live display draws; re-rendered on every refresh (spinners, clock)."""
+
+    plan_id: str
+    goal: str
+    web_url: str | None
+    descriptions: Mapping[str, str]
+    started: float = field(default_factory=time.monotonic)
+    report: PlanReport | None = None
+    note: str | None = None
+    spinners: dict[str, Spinner] = field(default_factory=dict)
+
+    def _status_cell(self, result: SubtaskResult) -> RenderableType:
+        if result.status is SubtaskStatus.RUNNING:
+            spinner = self.spinners.setdefault(result.id, Spinner("dots", style="cyan"))
+            return spinner
+        symbol, style = _LOOK[result.status]
+        return Text(symbol, style=style)
+
+    def __rich__(self) -> RenderableType:
+        header = Text.assemble(
+            ("Plan ", "bold"),
+            (self.plan_id, "bold cyan"),
+            (f"  {_one_line(self.goal, 70)}" if self.goal else "", "italic"),
+        )
+        status_line = Text.assemble(
+            _counts_line(self.report) if self.report else "waiting for the first status…",
+            ("  ⏱ " + _elapsed(time.monotonic() - self.started), "dim"),
+            (f"  {self.note}" if self.note else "", "yellow"),
+        )
+        table = Table(box=None, pad_edge=False, header_style="bold dim", expand=False)
+        table.add_column("", width=1, no_wrap=True)
+        table.add_column("subtask", style="bold", no_wrap=True)
+        table.add_column("agent", style="dim", no_wrap=True)
+        table.add_column("calls", justify="right", no_wrap=True)
+        table.add_column("tokens", justify="right", no_wrap=True)
+        table.add_column("", no_wrap=True, overflow="ellipsis")
+        for result in self.report.subtasks if self.report else ():
+            detail = _one_line(_detail(result, self.descriptions.get(result.id)))
+            table.add_row(
+                self._status_cell(result),
+                result.id,
+                result.agent,
+                str(result.llm_calls) if result.llm_calls else "",
+                f"{result.usage.total_tokens:,}" if result.usage.total_tokens else "",
+                Text(detail, style=_LOOK[result.status][1] if result.error else "dim"),
+            )
+        parts: list[RenderableType] = [header, status_line, table]
+        if self.web_url:
+            parts.append(Text.assemble(("Temporal Web ", "dim"), (self.web_url, "underline")))
+        return Group(*parts)
+
+
+class _PlainLines:
+    """One line per subtask status change, for logs and pipes."""
+
+    def __init__(self, out: Console, started: float) -> None:
+        self._out = out
+        self._started = started
+        self._seen: dict[str, SubtaskStatus] = {}
+
+    def update(self, report: PlanReport) -> None:
+        for result in report.subtasks:
+            if self._seen.get(result.id) is result.status:
+                continue
+            self._seen[result.id] = result.status
+            if result.status is SubtaskStatus.PENDING:
+                continue  # everything starts pending; saying so per subtask is noise
+            symbol = _LOOK[result.status][0]
+            line = f"[{_elapsed(time.monotonic() - self._started)}] {symbol} {result.id} "
+            line += f"({result.agent}) {result.status.value}"
+            if result.status.is_terminal:
+                line += f" · {_counts_line(report)}"
+                detail = _one_line(_detail(result, None), 100)
+                if detail:
+                    line += f" — {detail}"
+            self._out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+async def follow_progress(
+    status: StatusFn,
+    *,
+    plan: Plan | None = None,
+    plan_id: str | None = None,
+    web_url: str | None = None,
+    console: Console | None = None,
+    interval_s: float = POLL_INTERVAL_S,
+    until: asyncio.Future[Any] | None = None,
+) -> PlanReport | None:
+    """Show progress until the reported plan is no longer running (or ``until`` is done).
+
+    Returns the last report seen, None if none ever arrived. A failing status call
+    (no worker yet, a query racing the workflow's first task) is shown as a note and
+    retried: the wait itself belongs to the caller, who passes its future as ``until``.
+    """
+    console = console or Console()
+    view = _LiveView(
+        plan_id=plan.id if plan else (plan_id or "?"),
+        goal=plan.goal if plan else "",
+        web_url=web_url,
+        descriptions={s.id: s.description for s in plan.subtasks} if plan else {},
+    )
+    plain = None if console.is_terminal else _PlainLines(console, view.started)
+    if plain is not None:
+        console.print(f"following plan {view.plan_id}", markup=False, highlight=False)
+        if web_url:
+            console.print(f"Temporal Web: {web_url}", markup=False, highlight=False)
+
+    async def poll() -> None:
+        while until is None or not until.done():
+            try:
+                view.report = await status()
+                view.note = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                view.note = f"(status unavailable: {_one_line(str(err), 80)})"
+            if plain is not None and view.report is not None:
+                plain.update(view.report)
+            if view.report is not None and view.report.status is not PlanStatus.RUNNING:
+                return
+            await _sleep_or_done(interval_s, until)
+
+    def settle() -> None:
+        # ``until`` may finish between two polls; its report is the authoritative last
+        # state, so the last changes are shown instead of being lost in the gap.
+        if until is None or not until.done() or until.cancelled() or until.exception():
+            return
+        final = until.result()
+        if isinstance(final, PlanReport):
+            view.report = final
+            if plain is not None:
+                plain.update(final)
+
+    if plain is not None:
+        await poll()
+        settle()
+    else:
+        with Live(view, console=console, refresh_per_second=12, transient=True):
+            await poll()
+            settle()
+    return view.report
+
+
+async def _sleep_or_done(seconds: float, until: asyncio.Future[Any] | None) -> None:
+    if until is None:
+        await asyncio.sleep(seconds)
+        return
+    await asyncio.wait({until}, timeout=seconds)
+
+
+# --------------------------------------------------------------------------- final report
+
+
+def report_renderable(report: PlanReport, *, web_url: str | None = None) -> RenderableType:
+    """The final summary: headline, per-subtask table, totals, usage, duration, link."""
+    headline = Text.assemble(
+        ("Plan ", "bold"),
+        (report.plan_id, "bold cyan"),
+        ("  ", ""),
+        (report.status.value.upper(), _PLAN_STYLE[report.status]),
+        (f"  in {report.duration_s:.1f}s", "dim"),
+    )
+    table = Table(show_edge=False, header_style="bold", expand=True)
+    # One line per subtask: the text column is cut to the width left (the full texts are
+    # in the JSON report and the sessions), so the table stays scannable at any width.
+    table.add_column("", width=1, no_wrap=True)
+    table.add_column("subtask", style="bold", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("agent", no_wrap=True)
+    table.add_column("calls", justify="right", no_wrap=True)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    table.add_column("cost", justify="right", no_wrap=True)
+    table.add_column("result / error", no_wrap=True, overflow="ellipsis", ratio=1)
+    for r in report.subtasks:
+        symbol, style = _LOOK[r.status]
+        table.add_row(
+            Text(symbol, style=style),
+            r.id,
+            Text(r.status.value, style=style),
+            r.agent,
+            str(r.llm_calls),
+            f"{r.usage.total_tokens:,}",
+            f"${r.usage.cost_usd:.4f}",
+            Text(_one_line(_detail(r, None), 140), style=style if r.error else ""),
+        )
+    c, u = report.counts, report.usage
+    totals = Text(
+        f"completed {c.completed} · failed {c.failed} · skipped {c.skipped} · "
+        f"cancelled {c.cancelled}"
+        + (f" · not finished {c.pending + c.running}" if c.pending + c.running else "")
+        + f"  (of {c.total})"
+    )
+    usage = Text(
+        f"usage: {u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion tokens"
+        f" = {u.total_tokens:,} · ${u.cost_usd:.4f}",
+        style="dim",
+    )
+    parts: list[RenderableType] = [headline, table, totals, usage]
+    # The table cuts text to fit; why a subtask failed must never be cut, so it is
+    # repeated in full below the table.
+    for r in report.subtasks:
+        if r.status is SubtaskStatus.FAILED and r.error is not None:
+            parts.append(
+                Text.assemble(
+                    ("✗ ", "bold red"),
+                    (r.id, "bold"),
+                    (f" failed: {r.error.type}: ", "red"),
+                    " ".join(r.error.message.split()),
+                )
+            )
+    if web_url:
+        parts.append(Text.assemble(("Temporal Web: ", "dim"), (web_url, "underline")))
+    return Group(*parts)
+
+
+def render_report(report: PlanReport, *, web_url: str | None = None, width: int = 120) -> str:
+    """The final summary as plain text (no ANSI), e.g. for logs or a non-terminal."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
+    console.print(report_renderable(report, web_url=web_url))
+    return buffer.getvalue()

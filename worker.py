@@ -1,0 +1,217 @@
+"""The worker process: polls the task queue and runs plan workflows and their activities.
+
+Durability lives in Temporal, so a worker is disposable: it may be killed at any instant
+and another one picks the work up. Stopping politely still matters, though: on SIGTERM
+or SIGINT it stops polling, gives running activities (LLM calls in flight) a grace period
+to finish so their results are not paid for twice, and closes the session store.
+
+Console script ``dplan-worker``; configuration comes from the environment (see
+``settings.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.log import configure_logging, get_logger
+from domain.secrets import scrub_secrets
+from session_store import SessionStore
+from session_store.factory import describe_store_target, open_session_store
+from settings import Settings, SettingsError
+from starter.client import TemporalUnreachable, connect
+
+__all__ = ["build_worker", "main", "run_worker", "safe_url"]
+
+# Activities are async I/O (HTTP to the model, the session store), so many fit on one
+# event loop; the cap bounds concurrent provider requests and store connections per host.
+MAX_CONCURRENT_ACTIVITIES = 50
+DEFAULT_GRACE_PERIOD = timedelta(seconds=30)
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    store: SessionStore,
+    *,
+    workflows: Sequence[type] | None = None,
+    activities: Sequence[Callable[..., Any]] | None = None,
+    grace_period: timedelta = DEFAULT_GRACE_PERIOD,
+) -> Worker:
+    """A worker for the plan task queue; ``workflows``/``activities`` replace the defaults
+    (tests register their own small ones on the same wiring)."""
+    if workflows is None:
+        # Imported on use: importing the workflow package loads every workflow module,
+        # which a caller that passes its own (tests, tools) has no reason to pay for.
+        from workflows import ALL_WORKFLOWS
+
+        workflows = ALL_WORKFLOWS
+    if activities is None:
+        from activities.registry import PlanActivities
+
+        activities = PlanActivities(store, settings).all()
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=list(workflows),
+        activities=list(activities),
+        max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
+        graceful_shutdown_timeout=grace_period,
+    )
+
+
+def safe_url(url: str | None) -> str | None:
+    """``url`` fit for a log line: no userinfo (``user:key@``), no query, no fragment.
+
+    A proxy URL may carry its credentials in any of those places.
+    """
+    if not url:
+        return url
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "[unparseable url]"
+    if ":" in host:
+        host = f"[{host}]"
+    return scrub_secrets(urlunsplit((parts.scheme, host + port, parts.path, "", "")))
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    """SIGTERM/SIGINT set ``stop``; a second one gets the default behaviour back, so an
+    impatient operator can still force the process down."""
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+
+    def _handle(sig: signal.Signals) -> None:
+        get_logger(component="worker").warning(
+            "worker.signal", signal=sig.name, note="shutting down; repeat to force"
+        )
+        stop.set()
+        loop.remove_signal_handler(sig)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, _handle, sig)
+        except (NotImplementedError, RuntimeError):  # not the main thread, or no support
+            continue
+        installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+async def run_worker(
+    settings: Settings,
+    *,
+    stop: asyncio.Event | None = None,
+    grace_period: timedelta = DEFAULT_GRACE_PERIOD,
+) -> None:
+    """Run until SIGTERM/SIGINT or ``stop`` is set, then shut down gracefully.
+
+    Raises ``TemporalUnreachable`` when the server cannot be reached, and whatever made
+    the worker itself fail (it is never swallowed: a dead worker must not look alive).
+    """
+    log = get_logger(component="worker")
+    client = await connect(settings)
+    store = await open_session_store(settings.session_store)
+    stop = stop or asyncio.Event()
+    try:
+        worker = build_worker(client, settings, store, grace_period=grace_period)
+        with _stop_on_signals(stop):
+            log.info(
+                "worker.started",
+                task_queue=settings.task_queue,
+                address=settings.temporal_address,
+                namespace=settings.temporal_namespace,
+                model=settings.model,
+                subagent_model=settings.effective_subagent_model,
+                api_base=safe_url(settings.api_base),
+                session_store=describe_store_target(settings.session_store),
+                max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
+            )
+            running = asyncio.create_task(worker.run(), name="dplan-worker")
+            stopping = asyncio.create_task(stop.wait(), name="dplan-worker-stop")
+            await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not running.done():
+                log.info("worker.stopping", grace_period_s=grace_period.total_seconds())
+                await worker.shutdown()
+            await running  # re-raises a worker failure
+        log.info("worker.stopped")
+    finally:
+        await store.close()
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="dplan-worker",
+        description="Run a durable-plans worker against TEMPORAL_ADDRESS.",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="minimum level of the JSON log lines on stderr (default INFO)",
+    )
+    parser.add_argument(
+        "--log-format",
+        default="json",
+        choices=["json", "console"],
+        help="json lines (default) or human-readable console output",
+    )
+    parser.add_argument(
+        "--grace-period",
+        type=float,
+        default=DEFAULT_GRACE_PERIOD.total_seconds(),
+        metavar="SECONDS",
+        help="how long running activities may take to finish on shutdown (default 30)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console entry point; exit 0 after a clean stop, 1 on a failure, 2 on bad config."""
+    args = _parse_args(argv)
+    configure_logging(json=args.log_format == "json", level=args.log_level)
+    try:
+        settings = Settings.from_env()
+    except SettingsError as err:
+        print(f"dplan-worker: {err}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        asyncio.run(run_worker(settings, grace_period=timedelta(seconds=args.grace_period)))
+    except TemporalUnreachable as err:
+        print(
+            f"dplan-worker: {err}\n"
+            "  Set TEMPORAL_ADDRESS to a running server, or start one:\n"
+            "    dplan run PLAN --embedded     (dev server + worker in one process)\n"
+            "    temporal server start-dev     (a local dev server on localhost:7233)",
+            file=sys.stderr,
+        )
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as err:  # the last line of defence: one readable line, then exit 1
+        get_logger(component="worker").exception("worker.crashed")
+        print(f"dplan-worker: {type(err).__name__}: {scrub_secrets(str(err))}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
