@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from domain.agents import agent_spec
@@ -117,6 +117,10 @@ class SubtaskWorkflow:
             ) from None
         except ActivityError as err:
             cause = err.cause
+            if isinstance(cause, CancelledError):
+                # The activity was cancelled because this workflow is being cancelled:
+                # end Cancelled, not Failed, so the plan reports the truth.
+                raise asyncio.CancelledError() from err
             type_ = cause.type if isinstance(cause, ApplicationError) and cause.type else "LlmError"
             message = cause.message if isinstance(cause, ApplicationError) else str(err)
             raise ApplicationError(
