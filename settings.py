@@ -51,10 +51,16 @@ def _opt(env: Mapping[str, str], name: str) -> str | None:
     return raw or None
 
 
+def _path(env: Mapping[str, str], name: str) -> Path | None:
+    raw = _opt(env, name)
+    return Path(raw) if raw is not None else None
+
+
 @dataclass(frozen=True)
 class Settings:
     temporal_address: str = "localhost:7233"
     temporal_namespace: str = "default"
+    ui_url: str | None = None
     task_queue: str = "dplan"
     model: str = SCRIPTED_MODEL
     subagent_model: str | None = None
@@ -66,6 +72,8 @@ class Settings:
     llm_timeout_s: float = 120.0
     llm_max_attempts: int = 5
     tool_timeout_s: float = 60.0
+    agents_file: Path | None = None
+    """An agents file (TOML/YAML/JSON) overriding or adding agents; None: the built-ins."""
 
     @property
     def model_is_scripted(self) -> bool:
@@ -85,6 +93,7 @@ class Settings:
         return cls(
             temporal_address=_opt(e, "TEMPORAL_ADDRESS") or "localhost:7233",
             temporal_namespace=_opt(e, "TEMPORAL_NAMESPACE") or "default",
+            ui_url=_opt(e, "TEMPORAL_UI_URL"),
             task_queue=_opt(e, "DPLAN_TASK_QUEUE") or "dplan",
             model=_opt(e, "DPLAN_MODEL") or SCRIPTED_MODEL,
             subagent_model=_opt(e, "DPLAN_SUBAGENT_MODEL"),
@@ -96,4 +105,5 @@ class Settings:
             llm_timeout_s=_float(e, "DPLAN_LLM_TIMEOUT_S", 120.0),
             llm_max_attempts=_int(e, "DPLAN_LLM_MAX_ATTEMPTS", 5),
             tool_timeout_s=_float(e, "DPLAN_TOOL_TIMEOUT_S", 60.0),
+            agents_file=_path(e, "DPLAN_AGENTS"),
         )

@@ -272,7 +272,10 @@ async def worker_count(
 
 
 def ui_base_for(settings: Settings) -> str:
-    """Where Temporal Web most likely is: the dev server's convention, gRPC port + 1000."""
+    """Where Temporal Web is: ``TEMPORAL_UI_URL`` when set (docker-compose serves it on
+    8080), else the dev server's convention, gRPC port + 1000."""
+    if settings.ui_url:
+        return settings.ui_url.rstrip("/")
     address = settings.temporal_address
     parts = urlsplit(address if "//" in address else f"//{address}")
     host = parts.hostname or "localhost"

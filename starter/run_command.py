@@ -14,6 +14,7 @@ import contextlib
 import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -159,6 +160,7 @@ class _Connection:
     settings: Settings  # with the address actually in use
     ui_base: str | None
     worker: RunningWorker | None  # set when this process hosts the worker
+    embedded_db: Path | None = None  # set when this process started the dev server
 
 
 class _CannotNoWait(Exception):
@@ -182,6 +184,7 @@ async def _connect(
     may not be the ones the operator gave the real workers.
     """
     ui_base: str | None = ui_base_for(settings)
+    embedded_db: Path | None = None
     if embedded:
         if no_wait and not await is_reachable(settings.temporal_address):
             raise _CannotNoWait(_NO_WAIT_EMBEDDED.format(what="the Temporal server"))
@@ -189,6 +192,7 @@ async def _connect(
         settings = settings.with_overrides(temporal_address=server.address)
         ui_base = server.ui_url
         if server.started:
+            embedded_db = server.db_path
             _err(
                 f"started a Temporal dev server at {server.address} "
                 f"(Web UI {server.ui_url}, state in {server.db_path})"
@@ -199,7 +203,7 @@ async def _connect(
     if workers:
         if embedded:
             _err(f"using the {workers} worker(s) already polling '{settings.task_queue}'")
-        return _Connection(client, settings, ui_base, None)
+        return _Connection(client, settings, ui_base, None, embedded_db)
     if not embedded:
         _err(
             f"warning: no worker is polling task queue '{settings.task_queue}' at "
@@ -213,7 +217,7 @@ async def _connect(
     running = await stack.enter_async_context(run_in_process_worker(client, settings, store))
     if settings.model_is_scripted:
         _err(_scripted_model_note(settings))
-    return _Connection(client, settings, ui_base, running)
+    return _Connection(client, settings, ui_base, running, embedded_db)
 
 
 async def _run(
@@ -257,6 +261,13 @@ async def _run(
         finally:
             result.cancel()
         _print_report(report, json_output=json_output, url=url)
+        if conn.embedded_db is not None and url:
+            temporal = Path(sys.executable).parent / "temporal"
+            _err(
+                "the embedded server stops with this command; its history is kept. To browse "
+                f"this run in Temporal Web:\n  {temporal} server start-dev --db-filename "
+                f"{conn.embedded_db}   # then open {url}"
+            )
         return _exit_code(report)
 
 

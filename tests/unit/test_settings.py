@@ -1,0 +1,74 @@
+"""Settings come from the environment; bad values are named, secrets never printed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from settings import SCRIPTED_MODEL, Settings, SettingsError
+
+
+def test_defaults_are_the_offline_single_host_setup() -> None:
+    s = Settings.from_env({})
+    assert s.temporal_address == "localhost:7233"
+    assert s.temporal_namespace == "default"
+    assert s.task_queue == "dplan"
+    assert s.model == SCRIPTED_MODEL and s.model_is_scripted
+    assert s.session_store == str(Path(".dplan") / "sessions.db")
+    assert s.effective_subagent_model == SCRIPTED_MODEL
+
+
+def test_every_documented_variable_is_read() -> None:
+    s = Settings.from_env(
+        {
+            "TEMPORAL_ADDRESS": "temporal:7233",
+            "TEMPORAL_NAMESPACE": "plans",
+            "TEMPORAL_UI_URL": "http://ui:8080/",
+            "DPLAN_TASK_QUEUE": "q",
+            "DPLAN_MODEL": "openrouter/some/model",
+            "DPLAN_SUBAGENT_MODEL": "openrouter/cheap",
+            "DPLAN_API_BASE": "http://proxy:4000",
+            "DPLAN_API_KEY": "sk-or-v1-" + "a" * 40,
+            "DPLAN_SESSION_STORE": "postgresql://u@h/db",
+            "DPLAN_WORKSPACE": "/tmp/ws",
+        }
+    )
+    assert (s.temporal_address, s.temporal_namespace, s.task_queue) == (
+        "temporal:7233",
+        "plans",
+        "q",
+    )
+    assert s.ui_url == "http://ui:8080/"
+    assert not s.model_is_scripted
+    assert s.effective_subagent_model == "openrouter/cheap"
+    assert s.api_base == "http://proxy:4000"
+    assert s.session_store == "postgresql://u@h/db"
+    assert s.workspace == Path("/tmp/ws")
+
+
+def test_the_key_never_appears_in_repr() -> None:
+    key = "sk-or-v1-" + "b" * 40
+    s = Settings.from_env({"DPLAN_API_KEY": key})
+    assert s.api_key == key
+    assert key not in repr(s) and key not in str(s)
+
+
+def test_blank_values_fall_back_to_defaults() -> None:
+    s = Settings.from_env({"DPLAN_MODEL": "  ", "TEMPORAL_ADDRESS": ""})
+    assert s.model == SCRIPTED_MODEL
+    assert s.temporal_address == "localhost:7233"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("DPLAN_LLM_TIMEOUT_S", "soon", "DPLAN_LLM_TIMEOUT_S must be a number, got 'soon'"),
+        ("DPLAN_LLM_TIMEOUT_S", "-1", "DPLAN_LLM_TIMEOUT_S must be positive, got '-1'"),
+        ("DPLAN_LLM_MAX_ATTEMPTS", "2.5", "DPLAN_LLM_MAX_ATTEMPTS must be an integer, got '2.5'"),
+    ],
+)
+def test_malformed_numbers_are_named(name: str, value: str, expected: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({name: value})
+    assert str(info.value) == expected
