@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from domain.models import Budget
+
 SCRIPTED_MODEL = "scripted/demo"
 
 
@@ -56,6 +58,17 @@ def _path(env: Mapping[str, str], name: str) -> Path | None:
     return Path(raw) if raw is not None else None
 
 
+def _budget(env: Mapping[str, str]) -> Budget | None:
+    tokens = _opt(env, "DPLAN_MAX_TOKENS")
+    cost = _opt(env, "DPLAN_MAX_COST_USD")
+    if tokens is None and cost is None:
+        return None
+    return Budget(
+        max_tokens=_int(env, "DPLAN_MAX_TOKENS", 0) if tokens is not None else None,
+        max_cost_usd=_float(env, "DPLAN_MAX_COST_USD", 0.0) if cost is not None else None,
+    )
+
+
 @dataclass(frozen=True)
 class Settings:
     temporal_address: str = "localhost:7233"
@@ -72,6 +85,7 @@ class Settings:
     llm_timeout_s: float = 120.0
     llm_max_attempts: int = 5
     tool_timeout_s: float = 60.0
+    default_budget: Budget | None = None
     agents_file: Path | None = None
     """An agents file (TOML/YAML/JSON) overriding or adding agents; None: the built-ins."""
 
@@ -106,4 +120,5 @@ class Settings:
             llm_max_attempts=_int(e, "DPLAN_LLM_MAX_ATTEMPTS", 5),
             tool_timeout_s=_float(e, "DPLAN_TOOL_TIMEOUT_S", 60.0),
             agents_file=_path(e, "DPLAN_AGENTS"),
+            default_budget=_budget(e),
         )

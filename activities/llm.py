@@ -15,10 +15,11 @@ from typing import Any
 
 from temporalio import activity
 
+from activities.budget import charge, ensure_within_budget
 from activities.heartbeat import heartbeating
 from activities.llm_errors import LlmErrorClass, classify_llm_error, to_application_error
-from activities.tool_registry import WORKSPACE_TOOLS, openai_tool_schemas
-from domain.agents import agent_spec
+from activities.orchestration_tools import tool_specs
+from activities.tool_registry import openai_tool_schemas
 from domain.contracts import ACT_CALL_LLM, LlmCallInput, LlmCallOutput, ToolCallRef
 from domain.ids import message_id
 from domain.models import FunctionCall, Message, ToolCall, Usage
@@ -118,7 +119,7 @@ class LlmActivities:
             "num_retries": 0,
             "timeout": s.llm_timeout_s,
         }
-        specs = [WORKSPACE_TOOLS[name] for name in tools if name in WORKSPACE_TOOLS]
+        specs = tool_specs(tools)
         if specs:
             kwargs["tools"] = openai_tool_schemas(specs)
         if not model.startswith("scripted/"):
@@ -132,12 +133,14 @@ class LlmActivities:
     async def call_llm(self, inp: LlmCallInput) -> LlmCallOutput:
         msg_id = message_id(inp.scope, inp.turn)
         history = await self._store.read(inp.session_id)
-        spec = agent_spec(inp.agent)
-        model = spec.model or self._settings.model
+        model = inp.model or self._settings.model
         for existing in history:
             if existing.id == msg_id:
+                # Answered before a crash: charge (idempotently) and return, never re-ask.
+                await charge(self._store, inp.root_session_id, msg_id, existing.usage or Usage())
                 return output_of(existing, model=model, replayed=True)
 
+        await ensure_within_budget(self._store, inp.root_session_id, inp.budget)
         litellm = import_litellm()
         kwargs = self.request_kwargs(model, repair_tool_pairing(history), inp.tools)
         try:
@@ -148,7 +151,9 @@ class LlmActivities:
 
         message, finish_reason = message_from_response(response, msg_id=msg_id)
         message, _ = assign_tool_call_ids(message, salt=msg_id)
-        message = message.model_copy(update={"usage": usage_of(litellm, response)})
+        usage = usage_of(litellm, response)
+        message = message.model_copy(update={"usage": usage})
         await self._store.append(inp.session_id, [message])
+        await charge(self._store, inp.root_session_id, msg_id, usage)
         out = output_of(message, model=model, replayed=False)
         return out.model_copy(update={"finish_reason": finish_reason})

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from activities.delegation import DelegationActivities
 from activities.llm import LlmActivities
 from activities.sessions import SessionActivities
+from activities.subagents import SubagentActivities
 from activities.tools import ToolActivities
 from session_store import SessionStore
 from settings import Settings
@@ -17,6 +19,8 @@ class PlanActivities:
         self.sessions = SessionActivities(store)
         self.llm = LlmActivities(store, settings)
         self.tools = ToolActivities(store, settings)
+        self.delegation = DelegationActivities(store, settings)
+        self.subagents = SubagentActivities(store)
 
     def all(self) -> list[Callable[..., Any]]:
         return [
@@ -25,4 +29,8 @@ class PlanActivities:
             self.sessions.merge_results,
             self.llm.call_llm,
             self.tools.run_tool,
+            self.delegation.delegate,
+            self.subagents.prepare_spawn,
+            self.subagents.finish_spawn,
+            self.subagents.append_notes,
         ]

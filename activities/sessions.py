@@ -13,7 +13,6 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.heartbeat import heartbeating
-from domain.agents import agent_spec
 from domain.contracts import (
     ACT_BEGIN_SUBTASK,
     ACT_END_SUBTASK,
@@ -58,9 +57,9 @@ class SessionActivities:
         branch_meta = SessionMeta(
             session_id=inp.branch_session_id,
             agent=inp.subtask.agent,
-            parent_session_id=None,
-            root_session_id=base.root,
-            depth=base.depth,
+            parent_session_id=base.parent_session_id,
+            root_session_id=inp.root_session_id or base.root,
+            depth=inp.depth,
             budget=base.budget,
         )
         await store.create_session(branch_meta)
@@ -88,10 +87,9 @@ class SessionActivities:
         # The view is built from the snapshot, so every attempt sees the same base.
         base_view = await store.read_snapshot(inp.snapshot_id)
         scope = f"{inp.plan_run_id}/{inp.subtask.id}"
-        spec = agent_spec(inp.subtask.agent)
         isolated = isolate_for_subtask(base_view, deps, context_id=message_id(scope, "deps"))
         messages = [
-            Message(id=message_id(scope, "system"), role="system", content=spec.system_prompt),
+            Message(id=message_id(scope, "system"), role="system", content=inp.system_prompt),
             *isolated,
             Message(
                 id=message_id(scope, "task"),

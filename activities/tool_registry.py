@@ -248,6 +248,14 @@ class ToolRegistry(Generic[ContextT]):
         except (ToolRefused, OSError) as exc:
             return _refusal(exc)
 
+    def parse(
+        self, name: str, arguments: str, *, allowed: Collection[str] | None = None
+    ) -> ToolResult | BaseModel:
+        """Validate a call without running it, for tools the workflow carries out itself
+        (sub-agents): the model gets the same ``error:`` answers as for any tool."""
+        prepared = self._prepare(name, arguments, allowed)
+        return prepared if isinstance(prepared, ToolResult) else prepared[1]
+
     def execute_sync(
         self,
         name: str,

@@ -13,9 +13,9 @@ import asyncio
 from temporalio import activity
 
 from activities.heartbeat import heartbeating
+from activities.orchestration_tools import ALL_TOOL_SPECS
 from activities.tool_registry import ToolResult, execute_workspace_tool
 from activities.workspace import Workspace
-from domain.agents import agent_spec
 from domain.contracts import ACT_RUN_TOOL, ToolCallInput, ToolCallOutput
 from domain.ids import message_id
 from domain.models import Message
@@ -61,11 +61,17 @@ class ToolActivities:
         call = assistant.tool_calls[inp.call_index]
         name = call.function.name
 
-        allowed = agent_spec(inp.agent).tools
-        if name not in allowed:
+        allowed = inp.allowed_tools
+        if name not in ALL_TOOL_SPECS:
             result = ToolResult(
                 False,
-                f"error: tool {name!r} is not available to the {inp.agent} agent; "
+                f"error: unknown tool {name[:80]!r}; available tools: "
+                f"{', '.join(allowed) or 'none'}",
+            )
+        elif name not in allowed:
+            result = ToolResult(
+                False,
+                f"error: tool {name!r} is not available to this agent; "
                 f"available tools: {', '.join(allowed) or 'none'}",
             )
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from domain.agents import AgentSpec
 from domain.models import Budget, Plan, Subtask, SubtaskResult, Usage
 
 # Activity names are part of recorded histories: renaming one breaks replay.
@@ -18,6 +19,13 @@ ACT_END_SUBTASK = "end_subtask"
 ACT_MERGE_RESULTS = "merge_results"
 ACT_CALL_LLM = "call_llm"
 ACT_RUN_TOOL = "run_tool"
+ACT_DELEGATE = "delegate_to_sub_agent"
+ACT_PREPARE_SPAWN = "prepare_spawn"
+ACT_FINISH_SPAWN = "finish_spawn"
+ACT_APPEND_NOTES = "append_notes"
+
+# Sub-agents nest at most this deep (the root session is depth 0).
+MAX_SUBAGENT_DEPTH = 3
 
 
 class _Payload(BaseModel):
@@ -34,6 +42,9 @@ class BeginSubtaskInput(_Payload):
     # full texts never pass through workflow history.
     dependency_branches: tuple[tuple[str, str], ...] = ()  # (subtask_id, branch_session_id)
     dependency_descriptions: tuple[str, ...] = ()
+    system_prompt: str
+    root_session_id: str
+    depth: int = 0
 
 
 class BeginSubtaskOutput(_Payload):
@@ -59,10 +70,12 @@ class MergeResultsInput(_Payload):
 class LlmCallInput(_Payload):
     session_id: str
     agent: str
-    scope: str  # workflow id: with ``turn`` it makes the written message's id
+    scope: str  # the subtask's run scope: with ``turn`` it makes the written message's id
     turn: int
     tools: tuple[str, ...] = ()
+    model: str | None = None  # the agent's own model; None: the worker's DPLAN_MODEL
     budget: Budget | None = None
+    root_session_id: str = ""  # whose budget pays: the root of the session tree
 
 
 class ToolCallRef(_Payload):
@@ -86,7 +99,7 @@ class ToolCallInput(_Payload):
     call_index: int
     scope: str
     turn: int
-    agent: str
+    allowed_tools: tuple[str, ...]
 
 
 class ToolCallOutput(_Payload):
@@ -94,6 +107,59 @@ class ToolCallOutput(_Payload):
     name: str
     ok: bool
     summary: str = ""
+
+
+class DelegateInput(_Payload):
+    session_id: str
+    message_id: str
+    call_index: int
+    scope: str
+    turn: int
+    budget: Budget | None = None
+    root_session_id: str
+
+
+class DelegateOutput(_Payload):
+    tool: ToolCallOutput
+    usage: Usage
+
+
+class PrepareSpawnInput(_Payload):
+    session_id: str  # the parent's branch, which holds the call
+    message_id: str
+    call_index: int
+    scope: str
+    turn: int
+    depth: int  # the parent's depth
+    root_session_id: str
+    known_agents: tuple[str, ...]
+
+
+class PrepareSpawnOutput(_Payload):
+    """Either a child to start, or a refusal already written back as the tool result."""
+
+    child_session_id: str | None = None
+    agent: str | None = None
+    task: str | None = None
+    refusal: str | None = None
+
+
+class FinishSpawnInput(_Payload):
+    session_id: str  # the parent's branch
+    scope: str
+    turn: int
+    call_index: int
+    tool_call_id: str
+    child_session_id: str
+    ok: bool
+    text: str  # the child's final summary, or its error
+
+
+class AppendNotesInput(_Payload):
+    session_id: str
+    scope: str
+    turn: int
+    notes: tuple[str, ...]
 
 
 class SubtaskInput(_Payload):
@@ -107,6 +173,11 @@ class SubtaskInput(_Payload):
     dependency_descriptions: tuple[str, ...] = ()
     budget: Budget | None = None
     max_turns: int | None = Field(default=None, ge=1)
+    # The agents fixed when the plan started (built-ins plus the agents file): the subtask's
+    # own, and those it may spawn. Carried, not looked up, so a replay sees the same ones.
+    agents: tuple[AgentSpec, ...] = ()
+    root_session_id: str = ""
+    depth: int = 0
 
 
 class SubtaskOutcome(_Payload):
@@ -128,6 +199,8 @@ class SubtaskFailureDetails(_Payload):
 
 class PlanInput(_Payload):
     plan: Plan
+    # The agent catalog the plan runs with (empty: the built-ins).
+    agents: tuple[AgentSpec, ...] = ()
     # Progress carried across continue-as-new; empty on the first run.
     results: tuple[SubtaskResult, ...] = ()
     merged: tuple[str, ...] = ()

@@ -18,7 +18,7 @@ def stable_id(*parts: str | int, length: int = 24) -> str:
     return h.hexdigest()[:length]
 
 
-def message_id(scope: str, step: int | str, index: int = 0) -> str:
+def message_id(scope: str, step: int | str, index: int | str = 0) -> str:
     """Id of the ``index``-th message written at ``step`` of the workflow ``scope``."""
     return f"m-{stable_id(scope, step, index)}"
 

@@ -4,15 +4,17 @@ Both backends store a message as one compact JSON text (the whole ``Message``, i
 included) next to a few plain columns the SQL needs (``id`` for idempotent appends,
 ``is_result`` for ``restore(keep_last_result=True)``). Keeping the encoding in one place
 is what makes the SQLite and PostgreSQL stores byte-for-byte interchangeable, and lets
-snapshot/restore copy rows server-side without ever decoding them.
+snapshot/restore copy rows server-side without ever decoding them. The usage ledger's
+checks and row <-> ``Usage`` conversion live here for the same reason.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from domain.models import Message, SessionMeta
+from domain.models import Message, SessionMeta, Usage
 from session_store.base import MessageIdRequired
 
 
@@ -79,3 +81,31 @@ def rows_for_replace(messages: Sequence[Message]) -> list[Row]:
             raise ValueError(f"duplicate message id in replacement history: {message.id!r}")
         seen.add(message.id)
     return [encode(m) for m in messages]
+
+
+def check_charge(root_session_id: str, charge_id: str, usage: Usage) -> None:
+    """Refuse a charge that would corrupt the ledger, before anything is written.
+
+    An empty ``charge_id`` would make every id-less charge of a root collapse into one
+    (all but the first silently dropped); an infinite cost would stick in the total
+    forever, since charges are never removed.
+    """
+    if not root_session_id:
+        raise ValueError("charge needs a root_session_id")
+    if not charge_id:
+        raise ValueError(
+            "charge needs a deterministic charge_id so a retried activity does not double-charge"
+        )
+    if not math.isfinite(usage.cost_usd):
+        raise ValueError(f"charge {charge_id!r} has a non-finite cost: {usage.cost_usd!r}")
+
+
+def usage_from_totals(prompt_tokens: int, completion_tokens: int, cost_usd: float) -> Usage:
+    """A totals row as ``Usage``, unrounded: the row holds full double precision, and a sum
+    of non-negative finite charges is itself a valid ``NonNegativeFloat``. (``Usage.__add__``
+    rounds to 1e-10 to keep in-memory sums tidy; the ledger keeps the exact sum instead.)"""
+    return Usage(
+        prompt_tokens=int(prompt_tokens),
+        completion_tokens=int(completion_tokens),
+        cost_usd=float(cost_usd),
+    )

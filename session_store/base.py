@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from domain.models import Message, SessionMeta
+from domain.models import Message, SessionMeta, Usage
 
 
 class SessionStoreError(Exception):
@@ -98,5 +98,29 @@ class SessionStore(Protocol):
         """Drop a snapshot; False when it did not exist (idempotent)."""
 
     async def has_snapshot(self, snapshot_id: str) -> bool: ...
+
+    async def charge(self, root_session_id: str, charge_id: str, usage: Usage) -> Usage:
+        """Charge ``usage`` to the session tree rooted at ``root_session_id`` and return the
+        root's new total (the sum of all its charges).
+
+        A plan, its subtasks, their sub-agents and delegations all charge one root, so one
+        budget covers the whole tree. ``charge_id`` must be deterministic (e.g. workflow id
+        + step): a second charge with the same id is a no-op that returns the unchanged
+        total, so an activity retried after a crash never double-charges. The first charge
+        wins even if the retry reports a different usage, because the ledger records what
+        was charged, and a retry that silently rewrote it would make totals unauditable.
+
+        Concurrent chargers of one root (many workers, several hosts) are serialized by the
+        store: no charge is ever lost, and each call returns the exact total right after
+        its own charge in that serial order, so of two racing charges the later one always
+        sees both (a budget check on the returned total cannot be fooled by a race).
+
+        No session row needs to exist for ``root_session_id``: the root id is only a key.
+        A budget may be charged before the root session is written (or by a caller that
+        never creates one), and deleting a session does not refund what the tree spent.
+        Empty ids and a non-finite cost raise ``ValueError`` before anything is written."""
+
+    async def total_usage(self, root_session_id: str) -> Usage:
+        """The root's total usage so far; zero ``Usage`` for a root never charged."""
 
     async def close(self) -> None: ...

@@ -13,6 +13,8 @@ restore diff compares. Snapshot and restore are ``INSERT ... SELECT`` on the ser
 
 All tables live in one schema (``dplan`` by default); every pooled connection has it as
 its ``search_path``, which lets tests and tenants use separate schemas in one database.
+
+Usage ledger (schema version 2): see ``_SCHEMA_V2`` and ``_CHARGE``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 import asyncpg
 
-from domain.models import Message, SessionMeta
+from domain.models import Message, SessionMeta, Usage
 from session_store import _codec
 from session_store.base import (
     SessionNotFound,
@@ -32,7 +34,7 @@ from session_store.base import (
     SnapshotSessionMismatch,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # First key of the two-key advisory lock taken while creating or migrating a schema.
 _MIGRATION_LOCK_NAMESPACE = 0x64706C6E  # "dpln"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -71,6 +73,59 @@ _SCHEMA_V1 = (
         body text NOT NULL,
         PRIMARY KEY (snapshot_id, seq)
     )""",
+)
+
+# Version 2: the usage ledger, as in the SQLite store. One row per charge keyed (root,
+# charge_id), whose primary key doubles as the index by root; a running total per root,
+# updated in the same statement as the ledger insert. The totals row is also what
+# serializes chargers of one root (its row lock), which is what lets every charge return
+# the exact total right after it; a SUM under READ COMMITTED could let two racing charges
+# each miss the other. No foreign key to sessions: see ``SessionStore.charge``.
+_SCHEMA_V2 = (
+    """CREATE TABLE IF NOT EXISTS usage_ledger (
+        root_session_id text NOT NULL,
+        charge_id text NOT NULL,
+        prompt_tokens bigint NOT NULL,
+        completion_tokens bigint NOT NULL,
+        cost_usd double precision NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (root_session_id, charge_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS usage_totals (
+        root_session_id text PRIMARY KEY,
+        prompt_tokens bigint NOT NULL,
+        completion_tokens bigint NOT NULL,
+        cost_usd double precision NOT NULL,
+        updated_at timestamptz NOT NULL DEFAULT now()
+    )""",
+)
+
+# Steps applied in order to bring a schema from ``version - 1`` to ``version``.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA_V1, 2: _SCHEMA_V2}
+
+# One statement, so atomic without an explicit transaction. A repeated charge_id inserts no
+# ledger row, hence no totals update, and returns no row (the caller then reads the total).
+# A racing duplicate of an uncommitted charge waits for it in ON CONFLICT, so by the time
+# it returns, the first charge is committed or rolled back (and then this one is inserted).
+_CHARGE = """
+    WITH charged AS (
+        INSERT INTO usage_ledger
+            (root_session_id, charge_id, prompt_tokens, completion_tokens, cost_usd)
+        VALUES ($1, $2, $3, $4, $5)
+        ON CONFLICT (root_session_id, charge_id) DO NOTHING
+        RETURNING root_session_id, prompt_tokens, completion_tokens, cost_usd
+    )
+    INSERT INTO usage_totals AS t (root_session_id, prompt_tokens, completion_tokens, cost_usd)
+    SELECT root_session_id, prompt_tokens, completion_tokens, cost_usd FROM charged
+    ON CONFLICT (root_session_id) DO UPDATE SET
+        prompt_tokens = t.prompt_tokens + excluded.prompt_tokens,
+        completion_tokens = t.completion_tokens + excluded.completion_tokens,
+        cost_usd = t.cost_usd + excluded.cost_usd,
+        updated_at = now()
+    RETURNING prompt_tokens, completion_tokens, cost_usd
+"""
+_READ_TOTALS = (
+    "SELECT prompt_tokens, completion_tokens, cost_usd FROM usage_totals WHERE root_session_id = $1"
 )
 
 _LOCK_SESSION = "SELECT 1 FROM sessions WHERE session_id = $1 FOR UPDATE"
@@ -319,6 +374,28 @@ class PostgresSessionStore:
         )
         return found is not None
 
+    # ----------------------------------------------------------------- usage ledger
+
+    async def charge(self, root_session_id: str, charge_id: str, usage: Usage) -> Usage:
+        _codec.check_charge(root_session_id, charge_id, usage)
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(
+                _CHARGE,
+                root_session_id,
+                charge_id,
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                usage.cost_usd,
+            )
+            if row is None:
+                # Already charged: a new statement sees the committed total, which includes
+                # that earlier charge (ledger row and total commit together).
+                row = await conn.fetchrow(_READ_TOTALS, root_session_id)
+        return _totals(row)
+
+    async def total_usage(self, root_session_id: str) -> Usage:
+        return _totals(await self._pool.fetchrow(_READ_TOTALS, root_session_id))
+
 
 # --------------------------------------------------------------------- helpers
 
@@ -338,10 +415,20 @@ async def _migrate(conn: Any, schema: str, quoted: str) -> None:
                 f"schema {schema!r} has version {version}; this code knows up to "
                 f"{SCHEMA_VERSION} (upgrade durable-plans)"
             )
-        if version is None:
-            for statement in _SCHEMA_V1:
+        # Step by step inside this transaction (DDL is transactional here): a schema of any
+        # older version ends up exactly like a fresh one, or untouched on error.
+        current = version or 0
+        for step in range(current + 1, SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS[step]:
                 await conn.execute(statement)
+        if current < SCHEMA_VERSION:
             await conn.execute("INSERT INTO schema_version (version) VALUES ($1)", SCHEMA_VERSION)
+
+
+def _totals(row: Any) -> Usage:
+    if row is None:
+        return Usage()
+    return _codec.usage_from_totals(row["prompt_tokens"], row["completion_tokens"], row["cost_usd"])
 
 
 async def _lock(conn: Any, sql: str, session_id: str) -> None:

@@ -12,6 +12,8 @@ Layout: one row per message (compact JSON body plus ``seq``/``id``/``is_result``
 same row shape for snapshot copies, so snapshot and restore are ``INSERT ... SELECT``
 inside the database; restore rewrites only rows that differ from the snapshot, which makes
 the usual case (a subtask appended a few turns to a long history) touch a few rows.
+
+Usage ledger (schema version 2): see ``_SCHEMA_V2``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 
 import aiosqlite
 
-from domain.models import Message, SessionMeta
+from domain.models import Message, SessionMeta, Usage
 from session_store import _codec
 from session_store.base import (
     SessionNotFound,
@@ -35,7 +37,7 @@ from session_store.base import (
     SnapshotSessionMismatch,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _BUSY_TIMEOUT_MS = 30_000
 
 _PRAGMAS = (
@@ -77,6 +79,51 @@ _SCHEMA_V1 = (
         body TEXT NOT NULL,
         PRIMARY KEY (snapshot_id, seq)
     )""",
+)
+
+# Version 2: the usage ledger. One row per charge, keyed (root, charge_id) so a retried
+# charge is an ``ON CONFLICT DO NOTHING``; the primary key's root prefix is the index by
+# root. Next to it a running total per root, updated in the same transaction as the ledger
+# insert, so reading a total is one row whatever the ledger's length, and under the write
+# lock every charge returns the exact total right after it. No foreign key to sessions:
+# a root may be charged before (or without) its session row, and deleting a session must
+# not refund the tree's spending. IF NOT EXISTS keeps the step safe to re-run.
+_SCHEMA_V2 = (
+    """CREATE TABLE IF NOT EXISTS usage_ledger (
+        root_session_id TEXT NOT NULL,
+        charge_id TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL,
+        cost_usd REAL NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (root_session_id, charge_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS usage_totals (
+        root_session_id TEXT PRIMARY KEY,
+        prompt_tokens INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL,
+        cost_usd REAL NOT NULL
+    )""",
+)
+
+# Steps applied in order to bring a file from ``version - 1`` to ``version``.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA_V1, 2: _SCHEMA_V2}
+
+_INSERT_CHARGE = (
+    "INSERT INTO usage_ledger "
+    "(root_session_id, charge_id, prompt_tokens, completion_tokens, cost_usd, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (root_session_id, charge_id) DO NOTHING"
+)
+_ADD_TO_TOTALS = """
+    INSERT INTO usage_totals (root_session_id, prompt_tokens, completion_tokens, cost_usd)
+    VALUES (?, ?, ?, ?)
+    ON CONFLICT (root_session_id) DO UPDATE SET
+        prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+        completion_tokens = completion_tokens + excluded.completion_tokens,
+        cost_usd = cost_usd + excluded.cost_usd
+"""
+_READ_TOTALS = (
+    "SELECT prompt_tokens, completion_tokens, cost_usd FROM usage_totals WHERE root_session_id = ?"
 )
 
 _INSERT_MESSAGE = (
@@ -195,9 +242,12 @@ class SqliteSessionStore:
                     f"{self._path} has schema version {version}; this code knows up to "
                     f"{SCHEMA_VERSION} (upgrade durable-plans)"
                 )
-            if version < 1:
-                for statement in _SCHEMA_V1:
+            # Step by step, all in this one transaction: a file of any older version ends
+            # up exactly like a fresh one, or (on error) untouched.
+            for step in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[step]:
                     await conn.execute(statement)
+            if version < SCHEMA_VERSION:
                 await conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             await conn.execute("COMMIT")
         except BaseException:
@@ -404,6 +454,37 @@ class SqliteSessionStore:
             )
         return row is not None
 
+    # ----------------------------------------------------------------- usage ledger
+
+    async def charge(self, root_session_id: str, charge_id: str, usage: Usage) -> Usage:
+        _codec.check_charge(root_session_id, charge_id, usage)
+        # BEGIN IMMEDIATE serializes chargers across instances and processes, so the ledger
+        # insert, the totals update and the read-back form one step no other charge splits.
+        async with self._write() as conn:
+            cursor = await conn.execute(
+                _INSERT_CHARGE,
+                (
+                    root_session_id,
+                    charge_id,
+                    usage.prompt_tokens,
+                    usage.completion_tokens,
+                    usage.cost_usd,
+                    time.time(),
+                ),
+            )
+            if cursor.rowcount == 1:
+                await conn.execute(
+                    _ADD_TO_TOTALS,
+                    (root_session_id, usage.prompt_tokens, usage.completion_tokens, usage.cost_usd),
+                )
+            row = await _maybe_one(conn, _READ_TOTALS, (root_session_id,))
+        return _totals(row)
+
+    async def total_usage(self, root_session_id: str) -> Usage:
+        async with self._read() as conn:
+            row = await _maybe_one(conn, _READ_TOTALS, (root_session_id,))
+        return _totals(row)
+
 
 # --------------------------------------------------------------------- helpers
 
@@ -444,6 +525,10 @@ async def _one(conn: aiosqlite.Connection, sql: str, params: _Params) -> sqlite3
     if row is None:  # pragma: no cover - only for queries that always yield a row
         raise SessionStoreError(f"query returned no row: {sql}")
     return row
+
+
+def _totals(row: sqlite3.Row | None) -> Usage:
+    return Usage() if row is None else _codec.usage_from_totals(row[0], row[1], row[2])
 
 
 async def _require_session(conn: aiosqlite.Connection, session_id: str) -> None:

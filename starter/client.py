@@ -36,6 +36,7 @@ from temporalio.exceptions import (
 from temporalio.exceptions import TimeoutError as WorkflowTimeoutError
 from temporalio.service import RPCError, RPCStatusCode
 
+from domain.agents import AgentCatalog
 from domain.contracts import PlanInput
 from domain.models import Plan, PlanReport, SubtaskStatus
 from domain.secrets import scrub_secrets
@@ -138,10 +139,21 @@ def _short_reason(err: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(err).__name__
 
 
+def with_default_budget(plan: Plan, settings: Settings) -> Plan:
+    """A plan without a budget gets the operator's defaults (``DPLAN_MAX_TOKENS``,
+    ``DPLAN_MAX_COST_USD``), fixed at start so every worker enforces the same limits."""
+    if plan.budget is not None or settings.default_budget is None:
+        return plan
+    return plan.model_copy(update={"budget": settings.default_budget})
+
+
 async def start_plan(
-    client: Client, plan: Plan, settings: Settings
+    client: Client, plan: Plan, settings: Settings, *, catalog: AgentCatalog | None = None
 ) -> WorkflowHandle[Any, PlanReport]:
     """Start ``PlanWorkflow`` with workflow id = plan id.
+
+    The agent catalog (built-ins plus ``DPLAN_AGENTS``) travels in the input: the agents a
+    plan runs with are fixed when it starts, whichever worker picks it up.
 
     The memo and summary show the goal and size in Temporal Web; they are scrubbed and
     short, since memos are stored with the history and readable by anyone with UI access.
@@ -151,7 +163,10 @@ async def start_plan(
     try:
         handle: WorkflowHandle[Any, PlanReport] = await client.start_workflow(
             PLAN_WORKFLOW,
-            PlanInput(plan=plan),
+            PlanInput(
+                plan=with_default_budget(plan, settings),
+                agents=catalog.agents if catalog is not None else (),
+            ),
             id=plan.id,
             task_queue=settings.task_queue,
             result_type=PlanReport,

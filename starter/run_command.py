@@ -21,6 +21,8 @@ from rich.console import Console
 from temporalio.client import Client
 
 from activities.log import ensure_logging
+from domain.agents import AgentCatalog
+from domain.agents_loader import AgentsFileError, load_catalog
 from domain.models import Plan, PlanReport, PlanStatus
 from domain.plan_loader import PlanValidationError, load_plan_file
 from session_store.factory import open_session_store
@@ -84,9 +86,19 @@ def _scripted_model_note(settings: Settings) -> str:
     )
 
 
-def _load(path: str) -> Plan | None:
+def _catalog(settings: Settings) -> AgentCatalog | None:
     try:
-        return load_plan_file(path)
+        return load_catalog(settings.agents_file)
+    except AgentsFileError as err:
+        _err(f"invalid agents file: {settings.agents_file}")
+        for problem in err.problems:
+            _err(f"  {problem}")
+        return None
+
+
+def _load(path: str, catalog: AgentCatalog) -> Plan | None:
+    try:
+        return load_plan_file(path, known_agents=catalog.names())
     except PlanValidationError as err:
         _err(f"invalid plan: {path}")
         for problem in err.problems:
@@ -130,13 +142,14 @@ async def run_plan(
     """Validate PLAN, start it, and (unless ``no_wait``) follow it to its report."""
     # Warnings only, as text: an in-process worker's INFO lines would bury the progress.
     ensure_logging(json=False, level="WARNING")
-    plan = _load(path)
     resolved = _settings(settings)
-    if plan is None or resolved is None:
+    catalog = _catalog(resolved) if resolved is not None else None
+    plan = _load(path, catalog) if catalog is not None else None
+    if plan is None or resolved is None or catalog is None:
         return EXIT_INVALID
     try:
         return await _run(
-            plan, resolved, embedded=embedded, json_output=json_output, no_wait=no_wait
+            plan, resolved, catalog, embedded=embedded, json_output=json_output, no_wait=no_wait
         )
     except TemporalUnreachable as err:
         _err(_unreachable_message(err, suggest_embedded=not embedded))
@@ -221,7 +234,13 @@ async def _connect(
 
 
 async def _run(
-    plan: Plan, settings: Settings, *, embedded: bool, json_output: bool, no_wait: bool
+    plan: Plan,
+    settings: Settings,
+    catalog: AgentCatalog,
+    *,
+    embedded: bool,
+    json_output: bool,
+    no_wait: bool,
 ) -> int:
     async with contextlib.AsyncExitStack() as stack:
         try:
@@ -235,7 +254,7 @@ async def _run(
             else None
         )
         try:
-            handle = await start_plan(conn.client, plan, conn.settings)
+            handle = await start_plan(conn.client, plan, conn.settings, catalog=catalog)
         except PlanAlreadyRunning as err:
             if conn.worker is None:
                 raise

@@ -25,7 +25,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from domain.agents import BUILTIN_AGENT_SPECS
+    from domain.agents import BUILTIN_CATALOG, AgentCatalog
     from domain.contracts import (
         ACT_MERGE_RESULTS,
         MergeResultsInput,
@@ -135,7 +135,8 @@ class PlanWorkflow:
     async def run(self, inp: PlanInput) -> PlanReport:
         plan = inp.plan
         self._plan = plan
-        problems = validate_plan(plan, known_agents=BUILTIN_AGENT_SPECS)
+        catalog = AgentCatalog(agents=inp.agents) if inp.agents else BUILTIN_CATALOG
+        problems = validate_plan(plan, known_agents=catalog.names())
         if problems:
             raise ApplicationError(
                 f"invalid plan {plan.id!r}: " + "; ".join(problems),
@@ -161,6 +162,7 @@ class PlanWorkflow:
             workflow.continue_as_new(
                 PlanInput(
                     plan=plan,
+                    agents=inp.agents,
                     results=tuple(
                         self._results[s.id] for s in plan.subtasks if s.id in self._results
                     ),
@@ -250,6 +252,9 @@ class PlanWorkflow:
             dependency_branches=tuple((d, self._branches[d]) for d in sub.depends_on),
             dependency_descriptions=tuple(plan.subtask(d).description for d in sub.depends_on),
             budget=plan.budget,
+            agents=inp.agents,
+            root_session_id=default_session_id(plan),
+            depth=0,
         )
         self._running[sid] = asyncio.create_task(self._run_child(plan, sid, child_input))
 

@@ -84,6 +84,7 @@ async def harness(client: Client, provider: FakeProvider, tmp_path: Path) -> Asy
     settings = Settings(
         task_queue=f"tq-{uuid.uuid4().hex[:10]}",
         model="openai/fake-model",
+        subagent_model="openai/cheap-model",
         api_base=provider.base_url,
         api_key=FAKE_KEY,
         session_store=str(tmp_path / "sessions.db"),

@@ -43,6 +43,9 @@ message, which stay the same across retries and across the turns of one agent lo
     [dup-ids]              the tool-call turn returns two calls sharing one id
     [bad-args]             the tool call's arguments are invalid JSON
     [unknown-tool]         the tool call names a tool that was not offered
+    [call:TOOL]            the tool-call turn calls TOOL with {"task": <the whole last user
+                           message>} (plus "agent" for spawn_subagent, see [agent:NAME])
+    [agent:NAME]           the agent a [call:spawn_subagent] asks for (default coder)
 
 Examples: ``Fix the build [flaky:500x2]``, ``Summarise [fail:400:context]``,
 ``Look around [flaky:429x1:retry-after-ms=1500]``.

@@ -230,6 +230,8 @@ class Directives:
     slow_requests: int | None = None
     tool_turns: int = 1
     flags: frozenset[str] = frozenset()
+    call: str | None = None  # [call:TOOL]: the tool-call turn calls this tool
+    agent: str | None = None  # [agent:NAME]: the agent a spawn_subagent call asks for
 
     @classmethod
     def parse(cls, text: str) -> Directives:
@@ -237,6 +239,8 @@ class Directives:
         fault_requests: int | None = None
         slow_ms, slow_requests, tool_turns = 0.0, None, 1
         flags: set[str] = set()
+        call: str | None = None
+        agent: str | None = None
         for m in DIRECTIVE_RE.finditer(text):
             name, arg = m["name"], m["arg"] or ""
             if name in ("fail", "flaky"):
@@ -260,8 +264,21 @@ class Directives:
                 tool_turns = int(arg)
             elif name in _FLAGS:
                 flags.add(name)
+            elif name == "call":
+                call = arg
+            elif name == "agent":
+                agent = arg
             # Anything else in brackets is ordinary text (e.g. "[WIP]"), not a directive.
-        return cls(fault, fault_requests, slow_ms, slow_requests, tool_turns, frozenset(flags))
+        return cls(
+            fault,
+            fault_requests,
+            slow_ms,
+            slow_requests,
+            tool_turns,
+            frozenset(flags),
+            call,
+            agent,
+        )
 
 
 def strip_directives(text: str) -> str:
@@ -299,6 +316,13 @@ class AgentScenario:
         if turn.is_final:
             return Completion(content=turn.content, delay_ms=delay, id_policy=self.id_policy)
         calls = [ToolCallSpec(turn.calls[0].name, turn.calls[0].arguments)]
+        if directives.call is not None:
+            # The whole task text, directives included, is handed on: a sub-agent given
+            # "[call:spawn_subagent]" spawns again, which is how nesting depth is tested.
+            args: dict[str, str] = {"task": request.last_user_text}
+            if directives.call == "spawn_subagent":
+                args["agent"] = directives.agent or "coder"
+            calls = [ToolCallSpec(directives.call, json.dumps(args))]
         if "unknown-tool" in directives.flags:
             calls = [ToolCallSpec("no_such_tool", "{}")]
         if "bad-args" in directives.flags:

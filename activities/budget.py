@@ -1,0 +1,34 @@
+"""Budgets across a session tree: checked before every LLM call, charged after it.
+
+The ledger lives in the session store, keyed by the root session, so a plan's subtasks,
+their sub-agents and delegations all draw on one budget whichever worker runs them. A
+charge is keyed by the message it paid for: a retried activity charges nothing twice.
+"""
+
+from __future__ import annotations
+
+from activities.llm_errors import LlmErrorClass, to_application_error
+from domain.models import Budget, Usage
+from session_store import SessionStore
+
+
+async def ensure_within_budget(store: SessionStore, root: str, budget: Budget | None) -> None:
+    """Refuse the call (non-retryable ``BudgetExceeded``) once the root's budget is spent."""
+    if budget is None or not root:
+        return
+    used = await store.total_usage(root)
+    reason = budget.exceeded_by(used)
+    if reason is not None:
+        raise to_application_error(
+            LlmErrorClass(
+                type="BudgetExceeded",
+                message=f"{reason} (session tree {root})",
+                retryable=False,
+                retry_after_s=None,
+            )
+        )
+
+
+async def charge(store: SessionStore, root: str, charge_id: str, usage: Usage) -> None:
+    if root:
+        await store.charge(root, charge_id, usage)

@@ -1,0 +1,136 @@
+"""``delegate_to_sub_agent``: an isolated request to a cheap model, as an activity.
+
+The helper model gets a short system prompt, the task and the optional context — no
+tools and no history — so it is cheap, fast and cannot act on the workspace. It is an
+LLM call like any other: Temporal retries it, its cost is charged to the root session's
+budget, and its answer is written back as the tool result under a deterministic id.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities.budget import charge, ensure_within_budget
+from activities.heartbeat import heartbeating
+from activities.llm import import_litellm, message_from_response, usage_of
+from activities.llm_errors import classify_llm_error, to_application_error
+from activities.orchestration_tools import ORCHESTRATION_REGISTRY, DelegateArgs
+from activities.tool_registry import ToolResult
+from activities.tools import SUMMARY_CHARS, tool_message_id
+from domain.agents import DELEGATE_TOOL
+from domain.contracts import ACT_DELEGATE, DelegateInput, DelegateOutput, ToolCallOutput
+from domain.ids import message_id
+from domain.models import Message, Usage
+from domain.secrets import scrub_secrets
+from session_store import SessionStore
+from settings import Settings
+
+SUBAGENT_SYSTEM_PROMPT = (
+    "You are a fast helper working for another agent. You see only the task below (and "
+    "any context given with it), not the conversation it came from, and you have no "
+    "tools. Do exactly what the task asks and answer with the result itself, concisely, "
+    "without preamble. If the task cannot be done from what you were given, say what is "
+    "missing."
+)
+
+
+def delegation_messages(args: DelegateArgs) -> list[dict[str, str]]:
+    user = args.task if not args.context else f"{args.task}\n\nContext:\n{args.context}"
+    return [
+        {"role": "system", "content": SUBAGENT_SYSTEM_PROMPT},
+        {"role": "user", "content": user},
+    ]
+
+
+class DelegationActivities:
+    def __init__(self, store: SessionStore, settings: Settings) -> None:
+        self._store = store
+        self._settings = settings
+
+    @activity.defn(name=ACT_DELEGATE)
+    async def delegate(self, inp: DelegateInput) -> DelegateOutput:
+        async with heartbeating():
+            return await self._delegate(inp)
+
+    async def _delegate(self, inp: DelegateInput) -> DelegateOutput:
+        history = await self._store.read(inp.session_id)
+        own_id = tool_message_id(inp.scope, inp.turn, inp.call_index)
+        charge_id = message_id(inp.scope, inp.turn, f"delegate-{inp.call_index}")
+        assistant: Message | None = None
+        for m in history:
+            if m.id == own_id:  # done before a crash: report it again, charge nothing new
+                usage = m.usage or Usage()
+                await charge(self._store, inp.root_session_id, charge_id, usage)
+                content = m.content or ""
+                summary = ToolCallOutput(
+                    tool_call_id=m.tool_call_id or "",
+                    name=DELEGATE_TOOL,
+                    ok=not content.startswith("error:"),
+                    summary=content[:SUMMARY_CHARS],
+                )
+                return DelegateOutput(tool=summary, usage=usage)
+            if m.id == inp.message_id:
+                assistant = m
+        if assistant is None or not assistant.tool_calls:
+            raise ValueError(f"no assistant tool call {inp.message_id} in {inp.session_id}")
+        call = assistant.tool_calls[inp.call_index]
+
+        parsed = ORCHESTRATION_REGISTRY.parse(DELEGATE_TOOL, call.function.arguments)
+        usage = Usage()
+        if isinstance(parsed, ToolResult):
+            result = parsed
+        else:
+            assert isinstance(parsed, DelegateArgs)
+            await ensure_within_budget(self._store, inp.root_session_id, inp.budget)
+            litellm = import_litellm()
+            model = self._settings.effective_subagent_model
+            kwargs: dict[str, object] = {
+                "model": model,
+                "messages": delegation_messages(parsed),
+                "num_retries": 0,
+                "timeout": self._settings.llm_timeout_s,
+            }
+            if not model.startswith("scripted/"):
+                if self._settings.api_base:
+                    kwargs["api_base"] = self._settings.api_base
+                if self._settings.api_key:
+                    kwargs["api_key"] = self._settings.api_key
+            try:
+                response = await litellm.acompletion(**kwargs)
+            except Exception as exc:
+                classified = classify_llm_error(exc)
+                if classified.retryable:
+                    raise to_application_error(classified) from None
+                # A request the helper model refuses is a failed tool, not a failed
+                # subtask: the agent reads the error and can do the work itself.
+                result = ToolResult.error(
+                    f"delegation failed: {classified.type}: {classified.message}"
+                )
+            else:
+                answer, _ = message_from_response(response, msg_id=own_id)
+                usage = usage_of(litellm, response)
+                text = (answer.content or "").strip()
+                result = (
+                    ToolResult(True, text)
+                    if text
+                    else ToolResult.error("the helper model returned an empty answer")
+                )
+        content = scrub_secrets(result.content)
+        await self._store.append(
+            inp.session_id,
+            [
+                Message(
+                    id=own_id,
+                    role="tool",
+                    tool_call_id=call.id,
+                    name=DELEGATE_TOOL,
+                    content=content,
+                    usage=usage,
+                )
+            ],
+        )
+        await charge(self._store, inp.root_session_id, charge_id, usage)
+        out = ToolCallOutput(
+            tool_call_id=call.id, name=DELEGATE_TOOL, ok=result.ok, summary=content[:SUMMARY_CHARS]
+        )
+        return DelegateOutput(tool=out, usage=usage)

@@ -1,0 +1,71 @@
+"""The tools that reach beyond the workspace: delegation to a cheap model, and sub-agents.
+
+They are declared like any tool (a JSON schema the model sees, arguments validated with
+model-readable errors) but carried out by the workflow and dedicated activities, because
+one is an LLM call with its own budget charge and the other a child workflow.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from activities.tool_registry import WORKSPACE_TOOLS, ToolArgs, ToolRegistry, ToolResult, ToolSpec
+from domain.agents import DELEGATE_TOOL, SPAWN_TOOL
+
+MAX_TASK_CHARS = 20_000
+MAX_CONTEXT_CHARS = 50_000
+
+
+class DelegateArgs(ToolArgs):
+    task: str = Field(
+        min_length=1,
+        max_length=MAX_TASK_CHARS,
+        description="A self-contained task for a fast helper model with no tools and no "
+        "memory of this conversation: say exactly what to produce.",
+    )
+    context: str | None = Field(
+        default=None,
+        max_length=MAX_CONTEXT_CHARS,
+        description="Optional facts the helper needs (it sees nothing else).",
+    )
+
+
+class SpawnArgs(ToolArgs):
+    agent: str = Field(min_length=1, max_length=64, description="Which agent runs the task.")
+    task: str = Field(
+        min_length=1,
+        max_length=MAX_TASK_CHARS,
+        description="The task for the sub-agent; it works in its own session and the same "
+        "workspace, and its final summary comes back as this tool's result.",
+    )
+
+
+def _carried_out_elsewhere(_args: ToolArgs, _ctx: None) -> ToolResult:
+    return ToolResult.error("this tool is carried out by the workflow, not the registry")
+
+
+ORCHESTRATION_REGISTRY: ToolRegistry[None] = ToolRegistry()
+ORCHESTRATION_REGISTRY.register(
+    DELEGATE_TOOL,
+    "Hand a narrow, self-contained piece of work (summarising, extracting, rewriting, "
+    "drafting) to a cheaper, faster model. It has no tools and no history: put everything "
+    "it needs in task and context. Returns its answer.",
+    DelegateArgs,
+    _carried_out_elsewhere,
+)
+ORCHESTRATION_REGISTRY.register(
+    SPAWN_TOOL,
+    "Start a sub-agent (a full agent loop with its own tools) on a task and wait for its "
+    "final summary. Sub-agents nest at most 3 deep.",
+    SpawnArgs,
+    _carried_out_elsewhere,
+)
+
+ORCHESTRATION_TOOLS: dict[str, ToolSpec] = {s.name: s for s in ORCHESTRATION_REGISTRY.specs()}
+ALL_TOOL_SPECS: dict[str, ToolSpec] = {**WORKSPACE_TOOLS, **ORCHESTRATION_TOOLS}
+
+
+def tool_specs(names: tuple[str, ...] | list[str]) -> list[ToolSpec]:
+    """Specs for an agent's tool names, in its order; unknown names are skipped (an agents
+    file is validated when it is loaded)."""
+    return [ALL_TOOL_SPECS[n] for n in names if n in ALL_TOOL_SPECS]

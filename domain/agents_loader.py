@@ -1,0 +1,478 @@
+"""An agents file in, an :class:`~domain.agents.AgentCatalog` out, every problem named.
+
+Agents are configuration (DESIGN.md, "Agents and tools"): a TOML, YAML or JSON file with
+one top-level ``agents`` table keyed by agent name overrides fields of the built-ins and
+adds new agents::
+
+    [agents.reviewer]                 # a new agent: system_prompt is required
+    system_prompt = "You review ..."
+    tools = ["list_dir", "read_file", "search_files"]
+    max_turns = 8
+    model = "openrouter/some/model"   # optional; default: the worker's DPLAN_MODEL
+
+    [agents.coder]                    # a built-in: fields not given are inherited
+    max_turns = 24
+
+The worker reads the file once at start-up; a mistake found there is found before any
+plan runs, so, as with plan files (:mod:`domain.plan_loader`), nothing stops at the first
+problem: the error lists every one, one line each, prefixed by the file and the agent.
+Only :func:`load_agents_file` / :func:`load_catalog` touch the file system;
+:func:`parse_agents_data` is pure.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from domain.agents import (
+    BUILTIN_CATALOG,
+    KNOWN_TOOL_NAMES,
+    MAX_TURNS,
+    MIN_TURNS,
+    AgentCatalog,
+    AgentSpec,
+)
+
+MAX_AGENTS_FILE_BYTES: Final = 1024 * 1024
+MAX_REPORTED_PROBLEMS: Final = 100
+
+# Agent names appear in plan files, logs and workflow ids, so they follow the plan-id rule
+# (no separators or whitespace), with a shorter limit: they are typed by people.
+AGENT_NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+AGENT_NAME_RULE: Final = "use 1-64 of A-Z a-z 0-9 _ . - and start with a letter or digit"
+
+AGENT_FIELDS: Final[tuple[str, ...]] = ("system_prompt", "tools", "max_turns", "model")
+"""The settings an agent entry may give (its name is its key)."""
+
+_FORMATS: Final[Mapping[str, str]] = {
+    ".toml": "TOML",
+    ".yaml": "YAML",
+    ".yml": "YAML",
+    ".json": "JSON",
+}
+_QUOTE_LIMIT: Final = 60
+_BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class AgentsFileError(ValueError):
+    """Why an agents file was rejected: one human-readable line per problem."""
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems: tuple[str, ...] = tuple(problems)
+        if not self.problems:
+            raise ValueError("AgentsFileError needs at least one problem")
+        super().__init__(*self.problems)
+
+    def __str__(self) -> str:
+        return "\n".join(self.problems)
+
+    def __reduce__(self) -> tuple[type[AgentsFileError], tuple[tuple[str, ...]]]:
+        return (type(self), (self.problems,))
+
+
+def is_valid_agent_name(value: str) -> bool:
+    """Whether ``value`` may name an agent."""
+    return AGENT_NAME_PATTERN.fullmatch(value) is not None
+
+
+# --------------------------------------------------------------------------- files
+
+
+def load_catalog(settings_agents_file: Path | None) -> AgentCatalog:
+    """The worker's agents: the built-ins, merged with ``DPLAN_AGENTS``'s file when set."""
+    if settings_agents_file is None:
+        return BUILTIN_CATALOG
+    return load_agents_file(settings_agents_file)
+
+
+def load_agents_file(path: str | Path) -> AgentCatalog:
+    """Read an agents file (format by suffix) and return the built-ins merged with it.
+
+    Raises AgentsFileError listing every problem, each line starting with ``path``.
+    """
+    name = str(path)
+    p = Path(path)
+    fmt = _FORMATS.get(p.suffix.lower())
+    if fmt is None:
+        got = f"{p.suffix!r}" if p.suffix else "no suffix"
+        raise AgentsFileError(
+            [f"{name}: unsupported agents file type ({got}); use .toml, .yaml, .yml or .json"]
+        )
+    text = _read_text(p, name)
+    data = parse_agents_text(text, fmt=fmt, source=name)
+    return parse_agents_data(data, source=name)
+
+
+def _read_text(p: Path, name: str) -> str:
+    try:
+        if p.is_dir():
+            raise AgentsFileError([f"{name}: is a directory, not an agents file"])
+        size = p.stat().st_size
+        if size > MAX_AGENTS_FILE_BYTES:
+            raise AgentsFileError(
+                [f"{name}: agents file is too large ({size} bytes, limit {MAX_AGENTS_FILE_BYTES})"]
+            )
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise AgentsFileError([f"{name}: no such file"]) from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise AgentsFileError([f"{name}: cannot read the file: {reason}"]) from None
+    try:
+        return raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise AgentsFileError(
+            [f"{name}: not UTF-8 text (invalid byte at offset {exc.start})"]
+        ) from None
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_agents_text(text: str, *, fmt: str, source: str) -> Any:
+    """Decode agents-file text in ``fmt`` ("TOML", "YAML" or "JSON"); pure.
+
+    Returns whatever the document holds (the shape is checked by parse_agents_data).
+    """
+    if not text.strip():
+        raise AgentsFileError(
+            [f"{source}: the file is empty (expected an 'agents' table keyed by agent name)"]
+        )
+    parsers: Mapping[str, Callable[[str, str], Any]] = {
+        "TOML": _parse_toml,
+        "YAML": _parse_yaml,
+        "JSON": _parse_json,
+    }
+    try:
+        parser = parsers[fmt]
+    except KeyError:
+        raise ValueError(f"unknown agents file format {fmt!r}") from None
+    return parser(text, source)
+
+
+# tomllib (3.11-3.13) puts the position only in the message: "... (at line 3, column 7)"
+# or "... (at end of document)"; 3.14 also sets .msg/.lineno/.colno.
+_TOML_POSITION: Final = re.compile(
+    r"^(?P<msg>.*?)\s*\(at (?:line (?P<l>\d+), column (?P<c>\d+)|(?P<end>end of document))\)$"
+)
+
+
+def _parse_toml(text: str, source: str) -> Any:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = _one_line(str(exc))
+        match = _TOML_POSITION.match(message)
+        if match is None:
+            raise AgentsFileError([f"{source}: invalid TOML: {message}"]) from None
+        where = (
+            "at end of document" if match["end"] else f"at line {match['l']}, column {match['c']}"
+        )
+        raise AgentsFileError([f"{source}: invalid TOML {where}: {match['msg']}"]) from None
+    except RecursionError:
+        raise AgentsFileError([f"{source}: invalid TOML: nested too deeply"]) from None
+
+
+def _parse_json(text: str, source: str) -> Any:
+    duplicates: dict[str, None] = {}
+
+    def no_silent_overwrites(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in obj:
+                duplicates[key] = None
+            obj[key] = value
+        return obj
+
+    try:
+        data = json.loads(text, object_pairs_hook=no_silent_overwrites)
+    except json.JSONDecodeError as exc:
+        raise AgentsFileError(
+            [f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"]
+        ) from None
+    except RecursionError:
+        raise AgentsFileError([f"{source}: invalid JSON: nested too deeply"]) from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python converts
+        raise AgentsFileError([f"{source}: invalid JSON: {_one_line(str(exc))}"]) from None
+    if duplicates:
+        raise AgentsFileError(
+            f"{source}: duplicate key {_quote(key)} in one JSON object (only the last would count)"
+            for key in duplicates
+        )
+    return data
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    # Imported here, like plan_loader: workflow code may import domain modules but never
+    # parses files, and PyYAML need not load inside the workflow sandbox.
+    import yaml
+
+    loader = _unique_key_loader()(text)
+    try:
+        data = loader.get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        what = exc.problem or exc.context or "malformed document"
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise AgentsFileError([f"{source}: invalid YAML{where}: {what}"]) from None
+    except yaml.YAMLError as exc:
+        raise AgentsFileError([f"{source}: invalid YAML: {_one_line(str(exc))}"]) from None
+    except RecursionError:
+        raise AgentsFileError([f"{source}: invalid YAML: nested too deeply"]) from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python converts
+        raise AgentsFileError([f"{source}: invalid YAML: {_one_line(str(exc))}"]) from None
+    finally:
+        loader.dispose()
+    if loader.duplicates:
+        raise AgentsFileError(
+            f"{source}: duplicate key {_quote(key)} at line {line} (only the last would count)"
+            for key, line in loader.duplicates
+        )
+    return data
+
+
+@cache
+def _unique_key_loader() -> Any:
+    """A SafeLoader that records repeated mapping keys, which PyYAML silently overwrites.
+
+    Two ``coder:`` entries would otherwise quietly drop the first; the check looks at the
+    keys as written, before merge keys (``<<``) are expanded, so anchors still work.
+    """
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def __init__(self, stream: str) -> None:
+            super().__init__(stream)
+            self.duplicates: list[tuple[str, int]] = []
+
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen: set[tuple[str, str]] = set()
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    self.duplicates.append((key_node.value, key_node.start_mark.line + 1))
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+# --------------------------------------------------------------------------- building
+
+
+def parse_agents_data(
+    data: Mapping[str, Any], *, source: str, base: AgentCatalog = BUILTIN_CATALOG
+) -> AgentCatalog:
+    """``base`` merged with the agents described by decoded file data; pure.
+
+    An entry named like an agent of ``base`` overrides it, inheriting every field it does
+    not give; any other entry is a new agent and must give ``system_prompt`` (its other
+    fields default to no tools, 12 turns, the worker's model). Raises AgentsFileError
+    listing every problem, each line prefixed by ``source``.
+    """
+    if not isinstance(data, Mapping):
+        raise AgentsFileError(
+            [f"{source}: must be a mapping with an 'agents' table, got {_describe(data)}"]
+        )
+    problems: list[str] = [_unknown_key(key, ("agents",)) for key in data if key != "agents"]
+    specs: list[AgentSpec] = []
+    agents = data.get("agents")
+    if "agents" not in data:
+        problems.append(
+            "missing the 'agents' table (e.g. [agents.reviewer] in TOML, "
+            "agents: {reviewer: ...} in YAML)"
+        )
+    elif not isinstance(agents, Mapping):
+        problems.append(f"agents: must be a table keyed by agent name, got {_describe(agents)}")
+    else:
+        for name, body in agents.items():
+            spec, agent_problems = _build_agent(name, body, base)
+            problems.extend(agent_problems)
+            if spec is not None:
+                specs.append(spec)
+    if problems:
+        raise AgentsFileError(f"{source}: {line}" for line in _capped(problems))
+    return base.merged(specs)
+
+
+def _build_agent(name: Any, body: Any, base: AgentCatalog) -> tuple[AgentSpec | None, list[str]]:
+    """One entry of the ``agents`` table: its spec, or the problems (prefixed by where)."""
+    if not isinstance(name, str):
+        return None, [f"agents: agent name {_quote(name)} must be a string"]
+    where = _where(name)
+    problems: list[str] = []
+    if not is_valid_agent_name(name):
+        problems.append(f"{where}: invalid agent name {_quote(name)} ({AGENT_NAME_RULE})")
+    if not isinstance(body, Mapping):
+        problems.append(
+            f"{where}: must be a table of settings ({', '.join(AGENT_FIELDS)}), "
+            f"got {_describe(body)}"
+        )
+        return None, problems
+    values: dict[str, Any] = {}
+    for key, value in body.items():
+        check = _FIELD_CHECKS.get(key) if isinstance(key, str) else None
+        if check is None:
+            problems.append(f"{where}: {_unknown_field(key)}")
+            continue
+        checked, field_problems = check(value)
+        problems.extend(f"{where}: {key}{p}" for p in field_problems)
+        if not field_problems:
+            values[key] = checked
+    inherited = base.get(name) if name in base else None
+    if inherited is None and "system_prompt" not in body:
+        problems.append(
+            f"{where}: missing 'system_prompt' (required for a new agent; only "
+            f"{', '.join(base.names())} inherit one)"
+        )
+    if problems:
+        return None, problems
+    fields = inherited.model_dump() if inherited is not None else {}
+    try:
+        return AgentSpec.model_validate({**fields, **values, "name": name}), []
+    except ValidationError as exc:  # a model rule the checks above do not mirror
+        return None, [f"{where}: {_one_line(err['msg'])}" for err in exc.errors()]
+
+
+# Each check returns the value to use and problem suffixes: ": what is wrong" for the
+# field itself, or "[i]: what is wrong" for one element of it.
+_Check = Callable[[Any], tuple[Any, list[str]]]
+
+
+def _check_system_prompt(value: Any) -> tuple[Any, list[str]]:
+    if not isinstance(value, str):
+        return None, [f": must be a string, got {_describe(value)}"]
+    if not value.strip():
+        return None, [": must not be empty"]
+    return value, []
+
+
+def _check_tools(value: Any) -> tuple[Any, list[str]]:
+    if not isinstance(value, list | tuple):
+        return None, [f": must be a list of tool names, got {_describe(value)}"]
+    problems: list[str] = []
+    seen: set[str] = set()
+    repeated: dict[str, None] = {}
+    for i, tool in enumerate(value):
+        if not isinstance(tool, str):
+            problems.append(f"[{i}]: must be a string, got {_describe(tool)}")
+        elif tool in seen:
+            repeated[tool] = None
+        elif tool not in KNOWN_TOOL_NAMES:
+            close = difflib.get_close_matches(tool, KNOWN_TOOL_NAMES, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            problems.append(
+                f": unknown tool {_quote(tool)} ({hint}known tools: {', '.join(KNOWN_TOOL_NAMES)})"
+            )
+        if isinstance(tool, str):
+            seen.add(tool)
+    problems.extend(f": lists {_quote(tool)} more than once" for tool in repeated)
+    return tuple(value), problems
+
+
+def _check_max_turns(value: Any) -> tuple[Any, list[str]]:
+    # bool is an int in Python; TOML/YAML ``true`` is never a turn count.
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None, [f": must be an integer, got {_describe(value)}"]
+    if not MIN_TURNS <= value <= MAX_TURNS:
+        return None, [f": must be between {MIN_TURNS} and {MAX_TURNS}, got {value}"]
+    return value, []
+
+
+def _check_model(value: Any) -> tuple[Any, list[str]]:
+    # null (YAML/JSON) says "the worker's DPLAN_MODEL", the same as leaving it out of a new
+    # agent; it lets an override undo a model set elsewhere.
+    if value is None:
+        return None, []
+    if not isinstance(value, str):
+        return None, [f": must be a string (a litellm model name), got {_describe(value)}"]
+    if not value.strip():
+        return None, [": must not be empty (leave it out to use the worker's DPLAN_MODEL)"]
+    return value, []
+
+
+_FIELD_CHECKS: Final[Mapping[str, _Check]] = {
+    "system_prompt": _check_system_prompt,
+    "tools": _check_tools,
+    "max_turns": _check_max_turns,
+    "model": _check_model,
+}
+
+
+# --------------------------------------------------------------------------- wording
+
+
+def _capped(lines: Sequence[str]) -> list[str]:
+    if len(lines) <= MAX_REPORTED_PROBLEMS:
+        return list(lines)
+    hidden = len(lines) - MAX_REPORTED_PROBLEMS
+    return [*lines[:MAX_REPORTED_PROBLEMS], f"... and {hidden} more problems not listed"]
+
+
+def _where(name: str) -> str:
+    """The entry's path as it would be written in TOML: agents.coder, agents."my agent"."""
+    if _BARE_KEY.fullmatch(name):
+        return f"agents.{name}"
+    return f"agents.{json.dumps(name[:_QUOTE_LIMIT], ensure_ascii=False)}"
+
+
+def _unknown_key(key: Any, known: Sequence[str]) -> str:
+    if not isinstance(key, str):
+        return f"unknown key {_quote(key)} (keys are strings)"
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key {_quote(key)} (did you mean {close[0]!r}?)"
+    return f"unknown key {_quote(key)} (the file holds only {', '.join(map(repr, known))})"
+
+
+def _unknown_field(key: Any) -> str:
+    if not isinstance(key, str):
+        return f"unknown field {_quote(key)} (field names are strings)"
+    if key == "name":
+        return "unknown field 'name' (an agent's name is its key, e.g. [agents.reviewer])"
+    close = difflib.get_close_matches(key, AGENT_FIELDS, n=1, cutoff=0.6)
+    if close:
+        return f"unknown field {_quote(key)} (did you mean {close[0]!r}?)"
+    return f"unknown field {_quote(key)} (known fields: {', '.join(AGENT_FIELDS)})"
+
+
+def _quote(value: object) -> str:
+    """repr, shortened: values come from user files and one line must stay one line."""
+    if isinstance(value, str):
+        return repr(value[:_QUOTE_LIMIT]) + ("…" if len(value) > _QUOTE_LIMIT else "")
+    text = repr(value)
+    return text[:_QUOTE_LIMIT] + "…" if len(text) > _QUOTE_LIMIT else text
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _describe(value: Any) -> str:
+    """How a value reads in a problem line, in terms common to TOML, YAML and JSON."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return _quote(value)
+    if isinstance(value, str):
+        return f"a string ({_quote(value)})"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a table"
+    return f"a {type(value).__name__}"
