@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ SCRIPTED_MODEL = f"{SCRIPTED_PROVIDER}/demo"
 LATENCY_ENV = "DPLAN_SCRIPTED_LATENCY_MS"
 DEFAULT_LATENCY_MS = 150.0
 CARELESS_TOOL_CALL_ID = "call_abc123"
+DELEGATE_TOOL_NAME = "delegate_to_sub_agent"
+SPAWN_TOOL_NAME = "spawn_subagent"
 
 # Tools a coding agent reaches for first; the first offered one wins, so a run with the
 # workspace tools behaves like an agent that looks around before answering.
@@ -128,10 +131,27 @@ def _arguments_for(tool: Mapping[str, Any], task: str) -> str:
     return json.dumps(args)
 
 
-def _tool_order(tools: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _tool_order(tools: Sequence[Mapping[str, Any]], task: str = "") -> list[Mapping[str, Any]]:
+    """Tools in the order the agent reaches for them: a tool the task names explicitly
+    (e.g. "use delegate_to_sub_agent to ...") first, then the preferred ones."""
     by_name = {tool_name(t): t for t in tools}
+    named = [t for n, t in by_name.items() if n and re.search(rf"\b{re.escape(n)}\b", task)]
     preferred = [by_name[n] for n in PREFERRED_TOOLS if n in by_name]
-    return preferred + [t for t in tools if tool_name(t) not in PREFERRED_TOOLS]
+    rest = [t for t in tools if t not in named and t not in preferred]
+    return named + [t for t in preferred if t not in named] + rest
+
+
+def _orchestration_arguments(name: str, task: str) -> str | None:
+    """Arguments for the sub-agent tools: the task without the tool's name (so a spawned
+    agent does not spawn again), and for ``spawn_subagent`` the agent the task names."""
+    if name not in (DELEGATE_TOOL_NAME, SPAWN_TOOL_NAME):
+        return None
+    cleaned = re.sub(rf"\b(use\s+)?{name}\b(\s+to)?", " ", task, flags=re.IGNORECASE)
+    rest = " ".join(cleaned.split()) or task
+    if name == DELEGATE_TOOL_NAME:
+        return json.dumps({"task": rest})
+    found = re.search(r"\b(orchestrator|architect|coder|debug|ask)\b", task)
+    return json.dumps({"agent": found.group(1) if found else "coder", "task": rest})
 
 
 def plan_turn(
@@ -153,10 +173,12 @@ def plan_turn(
         task = text_of(messages[start].get("content")).strip() if start >= 0 else ""
     since = messages[start + 1 :] if start >= 0 else messages
     turns_done = sum(1 for m in since if m.get("role") == "assistant" and m.get("tool_calls"))
-    order = _tool_order(tools)
+    order = _tool_order(tools, task)
     if order and turns_done < tool_turns:
         tool = order[turns_done % len(order)]
-        return PlannedTurn(None, (PlannedCall(tool_name(tool), _arguments_for(tool, task)),))
+        name = tool_name(tool)
+        args = _orchestration_arguments(name, task) or _arguments_for(tool, task)
+        return PlannedTurn(None, (PlannedCall(name, args),))
     results = [m for m in since if m.get("role") == "tool"]
     task = task.rstrip(". ")  # "Done: <task>." must not end in ".."
     if results:

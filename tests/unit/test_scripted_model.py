@@ -171,3 +171,41 @@ def test_registration_is_idempotent() -> None:
     register_scripted_provider()
     providers = [item["provider"] for item in litellm.custom_provider_map]
     assert providers.count("scripted") == 1
+
+
+def _tool(name: str) -> dict[str, object]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "parameters": {
+                "type": "object",
+                "properties": {"task": {"type": "string"}, "agent": {"type": "string"}},
+                "required": ["task"],
+            },
+        },
+    }
+
+
+ORCHESTRATOR_TOOLS = [_tool(n) for n in ("list_dir", "delegate_to_sub_agent", "spawn_subagent")]
+
+
+def test_a_tool_the_task_names_is_called_first_without_its_name_in_the_arguments() -> None:
+    turn = plan_turn(
+        [{"role": "user", "content": "Use delegate_to_sub_agent to summarise the changelog"}],
+        ORCHESTRATOR_TOOLS,
+    )
+    assert [c.name for c in turn.calls] == ["delegate_to_sub_agent"]
+    assert json.loads(turn.calls[0].arguments) == {"task": "summarise the changelog"}
+
+
+def test_spawn_names_the_agent_the_task_mentions_and_the_child_does_not_spawn_again() -> None:
+    turn = plan_turn(
+        [{"role": "user", "content": "Use spawn_subagent to have the architect review it"}],
+        ORCHESTRATOR_TOOLS,
+    )
+    args = json.loads(turn.calls[0].arguments)
+    assert turn.calls[0].name == "spawn_subagent"
+    assert args == {"agent": "architect", "task": "have the architect review it"}
+    child = plan_turn([{"role": "user", "content": args["task"]}], ORCHESTRATOR_TOOLS)
+    assert [c.name for c in child.calls] == ["list_dir"]
