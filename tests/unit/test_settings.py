@@ -72,3 +72,17 @@ def test_malformed_numbers_are_named(name: str, value: str, expected: str) -> No
     with pytest.raises(SettingsError) as info:
         Settings.from_env({name: value})
     assert str(info.value) == expected
+
+
+def test_default_budget_comes_from_the_environment_and_fills_plans_without_one() -> None:
+    from domain.models import Budget, Plan, Subtask
+    from starter.client import with_default_budget
+
+    s = Settings.from_env({"DPLAN_MAX_TOKENS": "5000", "DPLAN_MAX_COST_USD": "0.5"})
+    assert s.default_budget == Budget(max_tokens=5000, max_cost_usd=0.5)
+    plan = Plan(id="p", subtasks=(Subtask(id="a", description="x"),))
+    assert with_default_budget(plan, s).budget == Budget(max_tokens=5000, max_cost_usd=0.5)
+    own = plan.model_copy(update={"budget": Budget(max_tokens=7)})
+    assert with_default_budget(own, s).budget == Budget(max_tokens=7)
+    assert Settings.from_env({}).default_budget is None
+    assert Settings.from_env({"DPLAN_MAX_COST_USD": "2"}).default_budget == Budget(max_cost_usd=2.0)
