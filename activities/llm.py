@@ -10,6 +10,7 @@ killed after the model answered does not pay for, or change, that answer on retr
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -23,7 +24,7 @@ from activities.tool_registry import openai_tool_schemas
 from domain.contracts import ACT_CALL_LLM, LlmCallInput, LlmCallOutput, ToolCallRef
 from domain.ids import message_id
 from domain.models import FunctionCall, Message, ToolCall, Usage
-from domain.secrets import scrub_secrets
+from domain.secrets import contains_secret, scrub_secrets, scrub_value
 from domain.tool_ids import assign_tool_call_ids, repair_tool_pairing
 from session_store import SessionStore
 from settings import Settings
@@ -72,7 +73,9 @@ def message_from_response(response: Any, *, msg_id: str) -> tuple[Message, str |
         calls.append(
             ToolCall(
                 id=str(getattr(call, "id", "") or "missing"),
-                function=FunctionCall(name=name, arguments=getattr(fn, "arguments", None) or ""),
+                function=FunctionCall(
+                    name=name, arguments=scrub_arguments(getattr(fn, "arguments", None) or "")
+                ),
             )
         )
     content = getattr(raw, "content", None)
@@ -85,6 +88,23 @@ def message_from_response(response: Any, *, msg_id: str) -> tuple[Message, str |
         tool_calls=tuple(calls) or None,
     )
     return message, getattr(choice, "finish_reason", None)
+
+
+def scrub_arguments(arguments: str) -> str:
+    """Tool-call arguments without secrets, still the JSON they were when they were JSON.
+
+    A model may repeat a key in a call (a task for a sub-agent, a file's content); the
+    arguments are stored, executed and, for a spawned sub-agent, become its task, so they
+    are scrubbed before any of that. Scrubbing the parsed strings rather than the text
+    keeps the document valid (a redacted value cannot swallow an escape or a quote).
+    """
+    if not contains_secret(arguments):
+        return arguments
+    try:
+        parsed = json.loads(arguments)
+    except json.JSONDecodeError:
+        return scrub_secrets(arguments)  # invalid anyway: the tool reports it as such
+    return json.dumps(scrub_value(parsed), ensure_ascii=False)
 
 
 def _invalid(text: str) -> Exception:
@@ -142,7 +162,10 @@ class LlmActivities:
 
         await ensure_within_budget(self._store, inp.root_session_id, inp.budget)
         litellm = import_litellm()
-        kwargs = self.request_kwargs(model, repair_tool_pairing(history), inp.tools)
+        messages = repair_tool_pairing(history)
+        if inp.system_prompt:
+            messages = [Message(id="system", role="system", content=inp.system_prompt), *messages]
+        kwargs = self.request_kwargs(model, messages, inp.tools)
         try:
             async with heartbeating():
                 response = await litellm.acompletion(**kwargs)

@@ -40,6 +40,27 @@ class SpawnArgs(ToolArgs):
     )
 
 
+class SwitchAgentArgs(ToolArgs):
+    agent: str = Field(min_length=1, max_length=64, description="The agent to hand over to.")
+    reason: str = Field(default="", max_length=2000, description="Why, in one sentence.")
+    confidence: str = Field(default="medium", description="low, medium or high.")
+
+
+class PlanSubtaskArgs(ToolArgs):
+    id: str = Field(description="Short unique id: letters, digits, '-', '_' or '.'.")
+    description: str = Field(description="What this subtask must achieve, self-contained.")
+    agent: str = Field(default="coder", description="Which agent runs it.")
+    depends_on: list[str] = Field(
+        default_factory=list, description="Ids of subtasks whose results it needs."
+    )
+
+
+class CreatePlanArgs(ToolArgs):
+    goal: str = Field(description="The goal the plan achieves.")
+    subtasks: list[PlanSubtaskArgs] = Field(description="The steps; no dependency cycles.")
+    max_parallel: int = Field(default=4, description="How many subtasks may run at once.")
+
+
 def _carried_out_elsewhere(_args: ToolArgs, _ctx: None) -> ToolResult:
     return ToolResult.error("this tool is carried out by the workflow, not the registry")
 
@@ -58,6 +79,23 @@ ORCHESTRATION_REGISTRY.register(
     "Start a sub-agent (a full agent loop with its own tools) on a task and wait for its "
     "final summary. Sub-agents nest at most 3 deep.",
     SpawnArgs,
+    _carried_out_elsewhere,
+)
+
+ORCHESTRATION_REGISTRY.register(
+    "switch_agent",
+    "Hand the conversation to another agent (e.g. to the coder once the design is agreed). "
+    "Tool traffic is cleared, the conversation and your last answer are kept, and the new "
+    "agent answers the next message.",
+    SwitchAgentArgs,
+    _carried_out_elsewhere,
+)
+ORCHESTRATION_REGISTRY.register(
+    "create_plan",
+    "Turn a goal into a plan of subtasks with dependencies and start it; it runs durably "
+    "in the background and its report is added to this conversation when it finishes. "
+    "If the plan is invalid you get the problems back: fix them and call again.",
+    CreatePlanArgs,
     _carried_out_elsewhere,
 )
 

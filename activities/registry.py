@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from activities.conversation import ConversationActivities
 from activities.delegation import DelegationActivities
 from activities.llm import LlmActivities
 from activities.sessions import SessionActivities
@@ -21,6 +22,7 @@ class PlanActivities:
         self.tools = ToolActivities(store, settings)
         self.delegation = DelegationActivities(store, settings)
         self.subagents = SubagentActivities(store)
+        self.conversation = ConversationActivities(store)
 
     def all(self) -> list[Callable[..., Any]]:
         return [
@@ -33,4 +35,10 @@ class PlanActivities:
             self.subagents.prepare_spawn,
             self.subagents.finish_spawn,
             self.subagents.append_notes,
+            self.conversation.session_append,
+            self.conversation.switch_agent_context,
+            self.conversation.check_plan_call,
+            self.conversation.check_switch_call,
+            self.conversation.answer_tool_call,
+            self.conversation.read_history,
         ]

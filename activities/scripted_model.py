@@ -37,6 +37,7 @@ __all__ = [
     "plan_turn",
     "register_scripted_provider",
     "scripted_latency_s",
+    "scripted_plan",
     "text_of",
     "tool_name",
 ]
@@ -48,6 +49,7 @@ DEFAULT_LATENCY_MS = 150.0
 CARELESS_TOOL_CALL_ID = "call_abc123"
 DELEGATE_TOOL_NAME = "delegate_to_sub_agent"
 SPAWN_TOOL_NAME = "spawn_subagent"
+CREATE_PLAN_TOOL_NAME = "create_plan"
 
 # Tools a coding agent reaches for first; the first offered one wins, so a run with the
 # workspace tools behaves like an agent that looks around before answering.
@@ -141,9 +143,38 @@ def _tool_order(tools: Sequence[Mapping[str, Any]], task: str = "") -> list[Mapp
     return named + [t for t in preferred if t not in named] + rest
 
 
+def scripted_plan(goal: str) -> dict[str, Any]:
+    """The plan the scripted orchestrator proposes for any goal: design, build, review."""
+    return {
+        "goal": goal,
+        "subtasks": [
+            {
+                "id": "design",
+                "description": f"Design the approach for: {goal}",
+                "agent": "architect",
+            },
+            {
+                "id": "build",
+                "description": f"Implement the design for: {goal}",
+                "agent": "coder",
+                "depends_on": ["design"],
+            },
+            {
+                "id": "review",
+                "description": f"Review the implementation of: {goal}",
+                "agent": "architect",
+                "depends_on": ["build"],
+            },
+        ],
+    }
+
+
 def _orchestration_arguments(name: str, task: str) -> str | None:
     """Arguments for the sub-agent tools: the task without the tool's name (so a spawned
     agent does not spawn again), and for ``spawn_subagent`` the agent the task names."""
+    if name == CREATE_PLAN_TOOL_NAME:
+        goal = task.rsplit(": ", 1)[-1].strip() or task
+        return json.dumps(scripted_plan(goal))
     if name not in (DELEGATE_TOOL_NAME, SPAWN_TOOL_NAME):
         return None
     cleaned = re.sub(rf"\b(use\s+)?{name}\b(\s+to)?", " ", task, flags=re.IGNORECASE)

@@ -74,6 +74,9 @@ class LlmCallInput(_Payload):
     turn: int
     tools: tuple[str, ...] = ()
     model: str | None = None  # the agent's own model; None: the worker's DPLAN_MODEL
+    # Sent first in the request without being stored: a conversation keeps no agent's
+    # prompt in its history, so switching agents needs no rewriting of old prompts.
+    system_prompt: str | None = None
     budget: Budget | None = None
     root_session_id: str = ""  # whose budget pays: the root of the session tree
 
@@ -201,6 +204,9 @@ class PlanInput(_Payload):
     plan: Plan
     # The agent catalog the plan runs with (empty: the built-ins).
     agents: tuple[AgentSpec, ...] = ()
+    # False when a live conversation started the plan: it appends the plan's summary at
+    # a safe moment itself, instead of results landing in the middle of a turn.
+    merge_results: bool = True
     # Progress carried across continue-as-new; empty on the first run.
     results: tuple[SubtaskResult, ...] = ()
     merged: tuple[str, ...] = ()

@@ -46,9 +46,9 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows import policies
 
-# A workflow's own tool: (assistant message id, call index, call) → a note for the
+# A workflow's own tool: (assistant message id, turn, call index, call) → a note for the
 # session, or None. It must write the tool result itself (through an activity).
-CustomTool = Callable[[str, int, ToolCallRef], Awaitable[str | None]]
+CustomTool = Callable[[str, int, int, ToolCallRef], Awaitable[str | None]]
 
 
 class LoopFailed(Exception):
@@ -73,6 +73,8 @@ class AgentLoop:
     # under this scope, so their ids never collide with anyone else's.
     child_scope: str = ""
     custom_tools: Mapping[str, CustomTool] = field(default_factory=dict)
+    # Sent with every request but not stored (conversations); subtasks store theirs.
+    system_prompt: str | None = None
     turn: int = 0
     llm_calls: int = 0
     usage: Usage = field(default_factory=Usage)
@@ -98,6 +100,7 @@ class AgentLoop:
                     turn=self.turn,
                     tools=self.tools,
                     model=self.spec.model,
+                    system_prompt=self.system_prompt,
                     budget=self.budget,
                     root_session_id=self.root_session_id,
                 ),
@@ -139,7 +142,7 @@ class AgentLoop:
         tools = self.tools
         custom = self.custom_tools.get(ref.name)
         if custom is not None:
-            return await custom(message_id, index, ref)
+            return await custom(message_id, self.turn, index, ref)
         if ref.name == DELEGATE_TOOL and DELEGATE_TOOL in tools:
             delegated: DelegateOutput = await workflow.execute_activity(
                 ACT_DELEGATE,

@@ -99,6 +99,7 @@ class PlanWorkflow:
         self._started_at_s = 0.0
         self._cancelled = False
         self._plan_run_id = ""
+        self._merge_enabled = True
 
     # ------------------------------------------------------------------ queries
 
@@ -148,6 +149,7 @@ class PlanWorkflow:
         # (Hashed: run ids are time-ordered, so their prefixes repeat between runs.)
         run_key = stable_id(workflow.info().first_execution_run_id, length=10)
         self._plan_run_id = f"{plan.id}.{run_key}"
+        self._merge_enabled = inp.merge_results
         self._results = {r.id: r for r in inp.results}
         self._merged = list(inp.merged)
         self._branches = dict(inp.branches)
@@ -163,6 +165,7 @@ class PlanWorkflow:
                 PlanInput(
                     plan=plan,
                     agents=inp.agents,
+                    merge_results=inp.merge_results,
                     results=tuple(
                         self._results[s.id] for s in plan.subtasks if s.id in self._results
                     ),
@@ -318,7 +321,7 @@ class PlanWorkflow:
                 batch.append((st.id, self._branches[st.id]))
             self._merged.append(st.id)
             merged.add(st.id)
-        if batch:
+        if batch and self._merge_enabled:
             await workflow.execute_activity(
                 ACT_MERGE_RESULTS,
                 MergeResultsInput(

@@ -19,6 +19,7 @@ from activities.scripted_model import (
     estimate_tokens,
     last_user_index,
     plan_turn,
+    scripted_plan,
     text_of,
     tool_name,
 )
@@ -217,7 +218,7 @@ def named_fault(kind: str, options: Sequence[str] = ()) -> Reply:
 DIRECTIVE_RE = re.compile(r"\[(?P<name>[a-z][a-z-]*)(?::(?P<arg>[^\]\s]*))?\]")
 _COUNTED_RE = re.compile(r"^(?P<what>[^x:]+)x(?P<n>\d+)$")
 _FAULT_SHORTHANDS = ("drop", "empty-choices", "bad-json")
-_FLAGS = ("dup-ids", "bad-args", "unknown-tool")
+_FLAGS = ("dup-ids", "bad-args", "unknown-tool", "plan", "bad-plan")
 
 
 @dataclass(frozen=True)
@@ -310,6 +311,9 @@ class AgentScenario:
     def _turn(
         self, request: ChatRequest, directives: Directives, task: str, delay: float
     ) -> Completion:
+        planning = _plan_turn(request, directives, task)
+        if planning is not None:
+            return replace(planning, delay_ms=delay, id_policy=self.id_policy)
         turn = plan_turn(
             request.messages, request.tools, tool_turns=directives.tool_turns, task=task
         )
@@ -322,6 +326,8 @@ class AgentScenario:
             args: dict[str, str] = {"task": request.last_user_text}
             if directives.call == "spawn_subagent":
                 args["agent"] = directives.agent or "coder"
+            if directives.call == "switch_agent":
+                args = {"agent": directives.agent or "coder", "reason": "the task needs code"}
             calls = [ToolCallSpec(directives.call, json.dumps(args))]
         if "unknown-tool" in directives.flags:
             calls = [ToolCallSpec("no_such_tool", "{}")]
@@ -331,6 +337,30 @@ class AgentScenario:
             # Two calls sharing one id in one response, whatever the id policy says.
             calls = [ToolCallSpec(calls[0].name, calls[0].arguments, CARELESS_TOOL_CALL_ID)] * 2
         return Completion(tool_calls=tuple(calls), delay_ms=delay, id_policy=self.id_policy)
+
+
+def _plan_turn(request: ChatRequest, directives: Directives, task: str) -> Completion | None:
+    """[plan] / [bad-plan]: call create_plan (first with a cycle for [bad-plan], then a
+    valid plan once the error came back), then answer."""
+    if not {"plan", "bad-plan"} & directives.flags:
+        return None
+    if "create_plan" not in {tool_name(t) for t in request.tools}:
+        return None
+    start = last_user_index(request.messages)
+    since = request.messages[start + 1 :]
+    results = [m for m in since if m.get("role") == "tool" and m.get("name") == "create_plan"]
+    plan = scripted_plan(task)
+    if not results and "bad-plan" in directives.flags:
+        bad = dict(plan)
+        bad["subtasks"] = [
+            {"id": "a", "description": "first", "depends_on": ["b"]},
+            {"id": "b", "description": "second", "depends_on": ["a"]},
+        ]
+        return Completion(tool_calls=(ToolCallSpec("create_plan", json.dumps(bad)),))
+    if not results or text_of(results[-1].get("content")).startswith("error:"):
+        return Completion(tool_calls=(ToolCallSpec("create_plan", json.dumps(plan)),))
+    quoted = text_of(results[-1].get("content"))[:200]
+    return Completion(content=f"Planned: {task}. {quoted}")
 
 
 @dataclass

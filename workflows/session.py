@@ -1,0 +1,464 @@
+"""SessionWorkflow: one long-lived conversation outside plans (seed 001).
+
+The workflow holds what must be exact and durable — the current agent, the agent-switch
+events, the plans started from the conversation, usage — while the messages live in the
+session store. Each ``send_message`` update runs the current agent's turn with the same
+durable loop as subtasks; turns are serialized so two updates never interleave their
+tool traffic. An agent switch (an update, or the ``switch_agent`` tool) cleans the
+history through an activity and records an ``agent.switched`` event. The orchestrator's
+``create_plan`` tool validates the model's plan (problems go back to it, bounded
+attempts) and starts a child PlanWorkflow on this session; its summary is appended to
+the conversation, between turns, when it finishes. When the history grows long the
+workflow continues-as-new while idle, carrying its state: nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+)
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from domain.agents import BUILTIN_CATALOG, AgentCatalog
+    from domain.contracts import PlanInput, ToolCallRef
+    from domain.ids import message_id, stable_id
+    from domain.models import Message, Plan, PlanReport, PlanStatus
+    from domain.session_contracts import (
+        ACT_ANSWER_TOOL,
+        ACT_CHECK_PLAN,
+        ACT_CHECK_SWITCH,
+        ACT_READ_HISTORY,
+        ACT_SESSION_APPEND,
+        ACT_SWITCH_CONTEXT,
+        CREATE_PLAN_TOOL,
+        MAX_PLAN_ATTEMPTS,
+        SWITCH_TOOL,
+        AgentSwitchEvent,
+        AgentSwitchResult,
+        CheckPlanCallInput,
+        CheckPlanCallOutput,
+        CheckSwitchCallInput,
+        CheckSwitchCallOutput,
+        HistoryInput,
+        PlanGoalInput,
+        PlanRef,
+        PlanStartedInput,
+        ReadHistoryInput,
+        SendMessageInput,
+        SendMessageResult,
+        SessionAppendInput,
+        SessionInput,
+        SessionState,
+        SwitchAgentInput,
+        SwitchContextInput,
+    )
+
+from workflows import policies
+from workflows.agent_loop import AgentLoop, CustomTool, LoopFailed
+
+PLAN_AGENT = "orchestrator"
+
+
+def plan_summary(report: PlanReport) -> str:
+    c = report.counts
+    head = (
+        f"[plan {report.plan_id} {report.status.value}] {c.completed} completed, "
+        f"{c.failed} failed, {c.skipped} skipped, {c.cancelled} cancelled "
+        f"of {len(report.subtasks)}"
+    )
+    lines = [head]
+    for r in report.subtasks:
+        detail = r.result if r.result else (f"{r.error.type}: {r.error.message}" if r.error else "")
+        lines.append(f"- {r.id} ({r.agent}) {r.status.value}: {detail[:300]}")
+    return "\n".join(lines)
+
+
+@workflow.defn(name="SessionWorkflow")
+class SessionWorkflow:
+    @workflow.init
+    def __init__(self, inp: SessionInput) -> None:
+        self._session_id = inp.session_id
+        self._agent = inp.agent
+        self._catalog = AgentCatalog(agents=inp.agents) if inp.agents else BUILTIN_CATALOG
+        self._agents = inp.agents
+        self._budget = inp.budget
+        self._events = list(inp.events)
+        self._plans = {p.plan_id: p for p in inp.plans}
+        self._handled = inp.messages_handled
+        self._handled_at_start = inp.messages_handled
+        self._usage = inp.usage
+        self._max_per_run = inp.max_messages_per_run
+        self._lock = asyncio.Lock()
+        self._busy = False
+        self._ended = False
+        self._running_plans = 0
+        self._pending_switch: tuple[str, str, str] | None = None
+        self._plan_ids_this_turn: list[str] = []
+        self._plan_attempts = 0
+        self._followers: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------------ run
+
+    @workflow.run
+    async def run(self, inp: SessionInput) -> SessionState:
+        await workflow.wait_condition(lambda: self._ended or self._time_to_continue())
+        await workflow.wait_condition(
+            lambda: not self._busy and self._running_plans == 0 and workflow.all_handlers_finished()
+        )
+        if self._ended:
+            return self.state()
+        workflow.continue_as_new(
+            SessionInput(
+                session_id=self._session_id,
+                agent=self._agent,
+                agents=self._agents,
+                budget=self._budget,
+                events=tuple(self._events),
+                plans=tuple(self._plans.values()),
+                messages_handled=self._handled,
+                usage=self._usage,
+                max_messages_per_run=self._max_per_run,
+            )
+        )
+
+    def _time_to_continue(self) -> bool:
+        if self._busy or self._running_plans:
+            return False
+        if self._max_per_run is not None and (
+            self._handled - self._handled_at_start >= self._max_per_run
+        ):
+            return True
+        return workflow.info().is_continue_as_new_suggested()
+
+    # ------------------------------------------------------------------ queries, signals
+
+    @workflow.query
+    def state(self) -> SessionState:
+        return SessionState(
+            session_id=self._session_id,
+            agent=self._agent,
+            messages_handled=self._handled,
+            busy=self._busy,
+            events=tuple(self._events),
+            plans=tuple(self._plans.values()),
+            usage=self._usage,
+        )
+
+    @workflow.query
+    def events(self) -> list[AgentSwitchEvent]:
+        return list(self._events)
+
+    @workflow.signal
+    def end(self) -> None:
+        self._ended = True
+
+    # ------------------------------------------------------------------ updates
+
+    @workflow.update
+    async def send_message(self, inp: SendMessageInput) -> SendMessageResult:
+        return await self._turn(inp.text, self._agent)
+
+    @send_message.validator
+    def _validate_send(self, inp: SendMessageInput) -> None:
+        if self._ended:
+            raise ValueError(f"session {self._session_id} has ended")
+
+    @workflow.update
+    async def plan_goal(self, inp: PlanGoalInput) -> SendMessageResult:
+        text = (
+            f"Plan this goal with the {CREATE_PLAN_TOOL} tool and start it, then tell me "
+            f"briefly what the plan does: {inp.goal}"
+        )
+        return await self._turn(text, PLAN_AGENT)
+
+    @plan_goal.validator
+    def _validate_plan_goal(self, inp: PlanGoalInput) -> None:
+        self._validate_send(SendMessageInput(text=inp.goal))
+
+    @workflow.update
+    async def switch_agent(self, inp: SwitchAgentInput) -> AgentSwitchResult:
+        async with self._lock:
+            return await self._switch(inp.target, inp.reason, inp.confidence)
+
+    @switch_agent.validator
+    def _validate_switch(self, inp: SwitchAgentInput) -> None:
+        problem = self._switch_problem(inp.target)
+        if problem is not None:
+            raise ValueError(problem)
+
+    @workflow.update
+    async def history(self, inp: HistoryInput) -> list[Message]:
+        result: list[Message] = await workflow.execute_activity(
+            ACT_READ_HISTORY,
+            ReadHistoryInput(session_id=self._session_id, limit=inp.limit),
+            result_type=list[Message],
+            start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
+            retry_policy=policies.SESSION_RETRY,
+        )
+        return result
+
+    # ------------------------------------------------------------------ turns
+
+    async def _turn(self, text: str, agent: str) -> SendMessageResult:
+        async with self._lock:
+            self._busy = True
+            try:
+                return await self._run_turn(text, agent)
+            finally:
+                self._busy = False
+
+    async def _run_turn(self, text: str, agent: str) -> SendMessageResult:
+        n = self._handled
+        self._handled += 1
+        scope = f"{workflow.info().workflow_id}/m{n}"
+        await self._append([Message(id=message_id(scope, "user"), role="user", content=text)])
+        spec = self._catalog.get(agent)
+        custom: dict[str, CustomTool] = {SWITCH_TOOL: self._switch_tool(scope)}
+        if agent == PLAN_AGENT:
+            custom[CREATE_PLAN_TOOL] = self._create_plan_tool(scope)
+        loop = AgentLoop(
+            session_id=self._session_id,
+            scope=scope,
+            spec=spec,
+            catalog=self._catalog,
+            root_session_id=self._session_id,
+            budget=self._budget,
+            child_scope=scope,
+            custom_tools=custom,
+            system_prompt=spec.system_prompt,
+        )
+        self._pending_switch = None
+        self._plan_ids_this_turn = []
+        self._plan_attempts = 0
+        try:
+            answer = await loop.run(spec.max_turns)
+        except LoopFailed as failure:
+            raise ApplicationError(
+                f"{failure.type}: {failure.message}", type=failure.type, non_retryable=True
+            ) from None
+        except ActivityError as err:
+            cause = err.cause
+            if isinstance(cause, CancelledError):
+                raise asyncio.CancelledError() from err
+            type_ = cause.type if isinstance(cause, ApplicationError) and cause.type else "LlmError"
+            message = cause.message if isinstance(cause, ApplicationError) else str(err)
+            raise ApplicationError(f"{type_}: {message}", type=type_, non_retryable=True) from err
+        finally:
+            self._usage = self._usage + loop.usage
+        if self._pending_switch is not None:
+            target, reason, confidence = self._pending_switch
+            if self._switch_problem(target) is None:
+                await self._switch(target, reason, confidence)
+        return SendMessageResult(
+            answer=answer,
+            agent=agent,
+            current_agent=self._agent,
+            llm_calls=loop.llm_calls,
+            usage=loop.usage,
+            plan_ids=tuple(self._plan_ids_this_turn),
+        )
+
+    async def _append(self, messages: list[Message]) -> None:
+        await workflow.execute_activity(
+            ACT_SESSION_APPEND,
+            SessionAppendInput(session_id=self._session_id, messages=tuple(messages)),
+            start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
+            retry_policy=policies.SESSION_RETRY,
+        )
+
+    # ------------------------------------------------------------------ agent switch
+
+    def _switch_problem(self, target: str) -> str | None:
+        if target not in self._catalog.names():
+            known = ", ".join(self._catalog.names())
+            return f"unknown agent {target!r}; known agents: {known}"
+        if target == self._agent:
+            return f"the {target} agent is already the current agent"
+        return None
+
+    async def _switch(self, target: str, reason: str, confidence: str) -> AgentSwitchResult:
+        problem = self._switch_problem(target)
+        if problem is not None:
+            raise ApplicationError(problem, type="InvalidAgentSwitch", non_retryable=True)
+        source = self._agent
+        note_id = message_id(f"{workflow.info().workflow_id}/switch", len(self._events))
+        result: AgentSwitchResult = await workflow.execute_activity(
+            ACT_SWITCH_CONTEXT,
+            SwitchContextInput(
+                session_id=self._session_id,
+                from_agent=source,
+                to_agent=target,
+                reason=reason,
+                note_id=note_id,
+            ),
+            result_type=AgentSwitchResult,
+            start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
+            retry_policy=policies.SESSION_RETRY,
+        )
+        self._agent = target
+        self._events.append(
+            AgentSwitchEvent(
+                session_id=self._session_id,
+                from_agent=source,
+                to_agent=target,
+                reason=reason,
+                confidence=confidence,
+                at=workflow.now().isoformat(),
+                removed_count=result.removed_count,
+                final_message_count=result.final_message_count,
+            )
+        )
+        return result
+
+    def _switch_tool(self, scope: str) -> CustomTool:
+        async def handle(msg_id: str, turn: int, index: int, ref: ToolCallRef) -> str | None:
+            asked: CheckSwitchCallOutput = await workflow.execute_activity(
+                ACT_CHECK_SWITCH,
+                CheckSwitchCallInput(
+                    session_id=self._session_id,
+                    message_id=msg_id,
+                    call_index=index,
+                    scope=scope,
+                    turn=turn,
+                    known_agents=self._catalog.names(),
+                    current_agent=self._agent,
+                ),
+                result_type=CheckSwitchCallOutput,
+                start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
+                retry_policy=policies.SESSION_RETRY,
+            )
+            if asked.target is not None:
+                # Applied after the turn's answer: switching now would remove the tool
+                # traffic the running turn still needs.
+                self._pending_switch = (asked.target, asked.reason, asked.confidence)
+            return None
+
+        return handle
+
+    def _create_plan_tool(self, scope: str) -> CustomTool:
+        async def handle(msg_id: str, turn: int, index: int, ref: ToolCallRef) -> str | None:
+            return await self._create_plan(scope, msg_id, turn, index, ref)
+
+        return handle
+
+    async def _create_plan(
+        self, scope: str, msg_id: str, turn: int, index: int, ref: ToolCallRef
+    ) -> str | None:
+        attempts_left = MAX_PLAN_ATTEMPTS - self._plan_attempts
+        if attempts_left <= 0:
+            await self._answer_tool(
+                scope, turn, index, ref, "error: no plan attempts are left for this message"
+            )
+            return None
+        plan_id = f"plan-{stable_id(self._session_id, scope, turn, index, length=12)}"
+        checked: CheckPlanCallOutput = await workflow.execute_activity(
+            ACT_CHECK_PLAN,
+            CheckPlanCallInput(
+                session_id=self._session_id,
+                message_id=msg_id,
+                call_index=index,
+                scope=scope,
+                turn=turn,
+                known_agents=self._catalog.names(),
+                plan_id=plan_id,
+                attempts_left=attempts_left,
+            ),
+            result_type=CheckPlanCallOutput,
+            start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
+            retry_policy=policies.SESSION_RETRY,
+        )
+        if checked.plan_json is None:
+            self._plan_attempts += 1
+            return None
+        plan = Plan.model_validate_json(checked.plan_json)
+        handle = await workflow.start_child_workflow(
+            "PlanWorkflow",
+            PlanInput(plan=plan, agents=self._agents, merge_results=False),
+            id=plan.id,
+            result_type=PlanReport,
+            # The plan outlives a continue-as-new or the end of the conversation.
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            static_summary=f"plan from {self._session_id}: {plan.goal[:100]}",
+        )
+        self._plans[plan.id] = PlanRef(plan_id=plan.id, goal=plan.goal)
+        self._plan_ids_this_turn.append(plan.id)
+        self._running_plans += 1
+        await self._answer_tool(
+            scope,
+            turn,
+            index,
+            ref,
+            f"ok: plan {plan.id} started with {len(plan.subtasks)} subtasks "
+            f"({', '.join(s.id for s in plan.subtasks[:20])}); its report will be added to "
+            "this conversation when it finishes.",
+        )
+        self._followers.append(asyncio.create_task(self._follow_plan(plan, handle)))
+        return None
+
+    async def _answer_tool(
+        self, scope: str, turn: int, index: int, ref: ToolCallRef, text: str
+    ) -> None:
+        await workflow.execute_activity(
+            ACT_ANSWER_TOOL,
+            PlanStartedInput(
+                session_id=self._session_id,
+                scope=scope,
+                turn=turn,
+                call_index=index,
+                tool_call_id=ref.id,
+                text=text,
+            ),
+            start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
+            retry_policy=policies.SESSION_RETRY,
+        )
+
+    async def _follow_plan(
+        self, plan: Plan, handle: workflow.ChildWorkflowHandle[Any, PlanReport]
+    ) -> None:
+        """Wait for the plan, then add its summary between turns (never inside one)."""
+        try:
+            report: PlanReport | None
+            try:
+                report = await handle
+            except ChildWorkflowError as err:
+                report = self._report_of_failure(plan, err)
+            ref = self._plans[plan.id]
+            summary = (
+                plan_summary(report)
+                if report is not None
+                else (f"[plan {plan.id} failed] the plan ended without a report")
+            )
+            status = report.status if report is not None else PlanStatus.FAILED
+            self._plans[plan.id] = ref.model_copy(update={"status": status, "summary": summary})
+            async with self._lock:
+                await self._append(
+                    [
+                        Message(
+                            id=message_id(f"{workflow.info().workflow_id}/plan", plan.id),
+                            role="system",
+                            content=summary,
+                        )
+                    ]
+                )
+        finally:
+            self._running_plans -= 1
+
+    @staticmethod
+    def _report_of_failure(plan: Plan, err: ChildWorkflowError) -> PlanReport | None:
+        cause = err.cause
+        if isinstance(cause, ApplicationError) and cause.type == "PlanFailed" and cause.details:
+            detail = cause.details[0]
+            if isinstance(detail, dict):
+                try:
+                    return PlanReport.model_validate(detail)
+                except ValueError:
+                    return None
+        return None
