@@ -57,8 +57,12 @@ def build_worker(
 
         workflows = ALL_WORKFLOWS
     if activities is None:
+        from activities.llm import import_litellm
         from activities.registry import PlanActivities
 
+        # Imported now, not in the first LLM activity: the import takes seconds and
+        # blocks the event loop, long enough to miss that activity's heartbeat timeout.
+        import_litellm()
         activities = PlanActivities(store, settings).all()
     return Worker(
         client,

@@ -17,7 +17,14 @@ HEARTBEAT_EVERY_S = 1.0
 
 @contextlib.asynccontextmanager
 async def heartbeating(every_s: float = HEARTBEAT_EVERY_S) -> AsyncIterator[None]:
-    """Heartbeat while a slow await runs, so a dead worker is noticed in seconds."""
+    """Heartbeat while a slow await runs, so a dead worker is noticed in seconds.
+
+    Local activities (store operations) run inside a workflow task, which the worker keeps
+    alive itself; they have nothing to heartbeat.
+    """
+    if activity.info().is_local:
+        yield
+        return
 
     async def beat() -> None:
         while True:

@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.models import Budget, Subtask, Usage
 
 from workflows import policies
+from workflows.store_ops import store_op
 
 # A workflow's own tool: (assistant message id, turn, call index, call) → a note for the
 # session, or None. It must write the tool result itself (through an activity).
@@ -123,14 +124,11 @@ class AgentLoop:
             if kept:
                 # After every answer of the turn: a system message must not split a
                 # tool-call block, or the next request is invalid for a strict provider.
-                await workflow.execute_activity(
+                await store_op(
                     ACT_APPEND_NOTES,
                     AppendNotesInput(
                         session_id=self.session_id, scope=self.scope, turn=self.turn, notes=kept
                     ),
-                    start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
-                    heartbeat_timeout=policies.SHORT_HEARTBEAT,
-                    retry_policy=policies.SESSION_RETRY,
                 )
             self.turn += 1
         raise LoopFailed(
@@ -186,7 +184,7 @@ class AgentLoop:
         from workflows.subtask import SubtaskWorkflow  # the loop is part of that workflow
 
         turn = self.turn
-        prep: PrepareSpawnOutput = await workflow.execute_activity(
+        prep: PrepareSpawnOutput = await store_op(
             ACT_PREPARE_SPAWN,
             PrepareSpawnInput(
                 session_id=self.session_id,
@@ -199,9 +197,6 @@ class AgentLoop:
                 known_agents=self.catalog.names(),
             ),
             result_type=PrepareSpawnOutput,
-            start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
-            heartbeat_timeout=policies.SHORT_HEARTBEAT,
-            retry_policy=policies.SESSION_RETRY,
         )
         if prep.refusal is not None or prep.child_session_id is None:
             return None  # the refusal is already the tool result; the agent carries on
@@ -240,7 +235,7 @@ class AgentLoop:
                 text = str(cause or err)
             ok = False
         self.usage = self.usage + usage
-        await workflow.execute_activity(
+        await store_op(
             ACT_FINISH_SPAWN,
             FinishSpawnInput(
                 session_id=self.session_id,
@@ -252,9 +247,6 @@ class AgentLoop:
                 ok=ok,
                 text=text,
             ),
-            start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
-            heartbeat_timeout=policies.SHORT_HEARTBEAT,
-            retry_policy=policies.SESSION_RETRY,
         )
         short = prep.child_session_id.removeprefix("sub-")[:8]
         return f"[sub-agent {short} {'result' if ok else 'error'}] {text}"

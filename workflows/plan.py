@@ -46,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.plan_loader import validate_plan
     from domain.scheduling import blocked_by_failure, ready_subtasks
 
-from workflows import policies
+from workflows.store_ops import store_op
 from workflows.subtask import SubtaskWorkflow
 
 MAX_RESULT_EXCERPT = 4000
@@ -322,16 +322,13 @@ class PlanWorkflow:
             self._merged.append(st.id)
             merged.add(st.id)
         if batch and self._merge_enabled:
-            await workflow.execute_activity(
+            await store_op(
                 ACT_MERGE_RESULTS,
                 MergeResultsInput(
                     plan_run_id=self._plan_run_id,
                     base_session_id=default_session_id(plan),
                     entries=tuple(batch),
                 ),
-                start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
-                heartbeat_timeout=policies.SHORT_HEARTBEAT,
-                retry_policy=policies.SESSION_RETRY,
             )
 
     async def _cancel_everything(self, plan: Plan) -> None:

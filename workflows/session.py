@@ -61,8 +61,8 @@ with workflow.unsafe.imports_passed_through():
         SwitchContextInput,
     )
 
-from workflows import policies
 from workflows.agent_loop import AgentLoop, CustomTool, LoopFailed
+from workflows.store_ops import store_op
 
 PLAN_AGENT = "orchestrator"
 
@@ -196,12 +196,10 @@ class SessionWorkflow:
 
     @workflow.update
     async def history(self, inp: HistoryInput) -> list[Message]:
-        result: list[Message] = await workflow.execute_activity(
+        result: list[Message] = await store_op(
             ACT_READ_HISTORY,
             ReadHistoryInput(session_id=self._session_id, limit=inp.limit),
             result_type=list[Message],
-            start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
-            retry_policy=policies.SESSION_RETRY,
         )
         return result
 
@@ -267,11 +265,9 @@ class SessionWorkflow:
         )
 
     async def _append(self, messages: list[Message]) -> None:
-        await workflow.execute_activity(
+        await store_op(
             ACT_SESSION_APPEND,
             SessionAppendInput(session_id=self._session_id, messages=tuple(messages)),
-            start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
-            retry_policy=policies.SESSION_RETRY,
         )
 
     # ------------------------------------------------------------------ agent switch
@@ -290,7 +286,7 @@ class SessionWorkflow:
             raise ApplicationError(problem, type="InvalidAgentSwitch", non_retryable=True)
         source = self._agent
         note_id = message_id(f"{workflow.info().workflow_id}/switch", len(self._events))
-        result: AgentSwitchResult = await workflow.execute_activity(
+        result: AgentSwitchResult = await store_op(
             ACT_SWITCH_CONTEXT,
             SwitchContextInput(
                 session_id=self._session_id,
@@ -300,8 +296,6 @@ class SessionWorkflow:
                 note_id=note_id,
             ),
             result_type=AgentSwitchResult,
-            start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
-            retry_policy=policies.SESSION_RETRY,
         )
         self._agent = target
         self._events.append(
@@ -320,7 +314,7 @@ class SessionWorkflow:
 
     def _switch_tool(self, scope: str) -> CustomTool:
         async def handle(msg_id: str, turn: int, index: int, ref: ToolCallRef) -> str | None:
-            asked: CheckSwitchCallOutput = await workflow.execute_activity(
+            asked: CheckSwitchCallOutput = await store_op(
                 ACT_CHECK_SWITCH,
                 CheckSwitchCallInput(
                     session_id=self._session_id,
@@ -332,8 +326,6 @@ class SessionWorkflow:
                     current_agent=self._agent,
                 ),
                 result_type=CheckSwitchCallOutput,
-                start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
-                retry_policy=policies.SESSION_RETRY,
             )
             if asked.target is not None:
                 # Applied after the turn's answer: switching now would remove the tool
@@ -359,7 +351,7 @@ class SessionWorkflow:
             )
             return None
         plan_id = f"plan-{stable_id(self._session_id, scope, turn, index, length=12)}"
-        checked: CheckPlanCallOutput = await workflow.execute_activity(
+        checked: CheckPlanCallOutput = await store_op(
             ACT_CHECK_PLAN,
             CheckPlanCallInput(
                 session_id=self._session_id,
@@ -372,8 +364,6 @@ class SessionWorkflow:
                 attempts_left=attempts_left,
             ),
             result_type=CheckPlanCallOutput,
-            start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
-            retry_policy=policies.SESSION_RETRY,
         )
         if checked.plan_json is None:
             self._plan_attempts += 1
@@ -406,7 +396,7 @@ class SessionWorkflow:
     async def _answer_tool(
         self, scope: str, turn: int, index: int, ref: ToolCallRef, text: str
     ) -> None:
-        await workflow.execute_activity(
+        await store_op(
             ACT_ANSWER_TOOL,
             PlanStartedInput(
                 session_id=self._session_id,
@@ -416,8 +406,6 @@ class SessionWorkflow:
                 tool_call_id=ref.id,
                 text=text,
             ),
-            start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
-            retry_policy=policies.SESSION_RETRY,
         )
 
     async def _follow_plan(

@@ -27,8 +27,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from domain.ids import snapshot_id
 
-from workflows import policies
 from workflows.agent_loop import AgentLoop, LoopFailed
+from workflows.store_ops import store_op
 
 
 def branch_session_id(base_session_id: str, plan_run_id: str, subtask_id: str) -> str:
@@ -74,7 +74,7 @@ class SubtaskWorkflow:
         self._loop = loop
 
         loop.phase = "isolating"
-        await workflow.execute_activity(
+        await store_op(
             ACT_BEGIN_SUBTASK,
             BeginSubtaskInput(
                 plan_run_id=inp.plan_run_id,
@@ -89,9 +89,6 @@ class SubtaskWorkflow:
                 depth=inp.depth,
             ),
             result_type=BeginSubtaskOutput,
-            start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
-            heartbeat_timeout=policies.SHORT_HEARTBEAT,
-            retry_policy=policies.SESSION_RETRY,
         )
 
         def failure_details() -> SubtaskFailureDetails:
@@ -131,7 +128,7 @@ class SubtaskWorkflow:
             loop.phase = "closing"
             # Runs on cancellation too: the cancel request was delivered already, so this
             # activity is scheduled normally and the branch is never left open.
-            await workflow.execute_activity(
+            await store_op(
                 ACT_END_SUBTASK,
                 EndSubtaskInput(
                     base_session_id=inp.base_session_id,
@@ -139,7 +136,4 @@ class SubtaskWorkflow:
                     snapshot_id=snap,
                     succeeded=succeeded,
                 ),
-                start_to_close_timeout=policies.SESSION_START_TO_CLOSE,
-                heartbeat_timeout=policies.SHORT_HEARTBEAT,
-                retry_policy=policies.SESSION_RETRY,
             )
