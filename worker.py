@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -200,6 +201,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(2)
     try:
         asyncio.run(run_worker(settings, grace_period=timedelta(seconds=args.grace_period)))
+        # A clean stop exits here, skipping interpreter finalization, which the SDK's
+        # native threads can abort (sdk-python#300) and turn exit 0 into a crash.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     except TemporalUnreachable as err:
         print(
             f"dplan-worker: {err}\n"

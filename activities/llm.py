@@ -24,7 +24,7 @@ from activities.tool_registry import openai_tool_schemas
 from domain.contracts import ACT_CALL_LLM, LlmCallInput, LlmCallOutput, ToolCallRef
 from domain.ids import message_id
 from domain.models import FunctionCall, Message, ToolCall, Usage
-from domain.secrets import contains_secret, scrub_secrets, scrub_value
+from domain.secrets import scrub_secrets, scrub_value
 from domain.tool_ids import assign_tool_call_ids, repair_tool_pairing
 from session_store import SessionStore
 from settings import Settings
@@ -98,13 +98,13 @@ def scrub_arguments(arguments: str) -> str:
     are scrubbed before any of that. Scrubbing the parsed strings rather than the text
     keeps the document valid (a redacted value cannot swallow an escape or a quote).
     """
-    if not contains_secret(arguments):
-        return arguments
     try:
         parsed = json.loads(arguments)
     except json.JSONDecodeError:
         return scrub_secrets(arguments)  # invalid anyway: the tool reports it as such
-    return json.dumps(scrub_value(parsed), ensure_ascii=False)
+    scrubbed = scrub_value(parsed)
+    # Unchanged arguments keep their exact text (what the model sent, byte for byte).
+    return arguments if scrubbed == parsed else json.dumps(scrubbed, ensure_ascii=False)
 
 
 def _invalid(text: str) -> Exception:

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from starter.cli import main
+from starter.cli import console_main
 
-raise SystemExit(main())
+console_main()

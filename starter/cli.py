@@ -150,12 +150,178 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
 
 
+# --------------------------------------------------------------------------- chat, plan
+# A conversation is a SessionWorkflow: it outlives this process, so both commands can be
+# left and resumed (`--session ID`).
+
+
+def _add_chat_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "chat",
+        help="talk to the agents in a resumable conversation",
+        description=(
+            "An interactive conversation with a SessionWorkflow, read line by line from "
+            "stdin (a terminal or a pipe). Type /help inside for the commands. Without "
+            "--session a new conversation is started and its id printed."
+        ),
+    )
+    parser.add_argument(
+        "--session", metavar="ID", default=None, help="resume (or start) conversation ID"
+    )
+    parser.add_argument(
+        "--embedded",
+        action="store_true",
+        help="start a Temporal dev server and a worker in this process if none is reachable",
+    )
+    parser.add_argument(
+        "--agent",
+        metavar="NAME",
+        default=None,
+        help="the agent a new conversation starts with (default orchestrator)",
+    )
+    parser.set_defaults(handler=cmd_chat)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from starter.chat import chat
+
+    try:
+        return asyncio.run(chat(args.session, embedded=args.embedded, agent=args.agent))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _add_plan_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="let the orchestrator plan a goal, then follow the plan to the end",
+        description=(
+            "Send GOAL to the orchestrator of a conversation, which writes and starts a plan; "
+            "follow it like `dplan run`. Exit 0 completed, 1 failed, cancelled or no plan "
+            "started, 2 invalid input."
+        ),
+    )
+    parser.add_argument("goal", metavar="GOAL", help="what the plan should achieve")
+    parser.add_argument(
+        "--embedded",
+        action="store_true",
+        help="start a Temporal dev server and a worker in this process if none is reachable",
+    )
+    parser.add_argument("--session", metavar="ID", default=None, help="plan inside conversation ID")
+    parser.add_argument(
+        "--json", action="store_true", help="print only the final report, as JSON, on stdout"
+    )
+    parser.set_defaults(handler=cmd_plan)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from starter.plan_command import plan_goal_command
+
+    try:
+        return asyncio.run(
+            plan_goal_command(
+                args.goal, embedded=args.embedded, session_id=args.session, json_output=args.json
+            )
+        )
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+# --------------------------------------------------------------------------- replay
+# Replaying needs no worker: the histories are run through this process's workflow code.
+
+
+def _add_replay_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "replay",
+        help="replay workflow histories against the current workflow code",
+        description=(
+            "Fetch WORKFLOW_ID's history (every run back through continue-as-new) from "
+            "TEMPORAL_ADDRESS, or read it from --file, and replay it through the current "
+            "workflow code: a non-determinism error means a code change would break that "
+            "workflow while it runs. Exit 0 all replayed, 1 a replay failed or the history "
+            "could not be fetched, 2 invalid input."
+        ),
+    )
+    parser.add_argument(
+        "workflow_id",
+        metavar="WORKFLOW_ID",
+        nargs="?",
+        default=None,
+        help="the workflow to fetch (a plan id, PLAN/SUBTASK, session/ID); not with --file",
+    )
+    parser.add_argument("--run-id", metavar="RUN", default=None, help="replay only this run")
+    parser.add_argument(
+        "--children",
+        action="store_true",
+        help="also replay every child workflow the runs started, recursively",
+    )
+    parser.add_argument(
+        "--file",
+        metavar="HISTORY.json",
+        action="append",
+        default=[],
+        help="replay a history saved as JSON instead of fetching one (repeatable)",
+    )
+    parser.add_argument(
+        "--workflow-id",
+        dest="file_workflow_id",
+        metavar="ID",
+        default=None,
+        help="the workflow id of --file histories (default: from the file name)",
+    )
+    parser.add_argument(
+        "--save",
+        metavar="DIR",
+        default=None,
+        help="write each fetched history to DIR as <workflow id, / as __>.<run index>.json",
+    )
+    parser.set_defaults(handler=cmd_replay, parser=parser)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from starter.replay_command import replay_command
+
+    parser: argparse.ArgumentParser = args.parser
+    if args.file:
+        if args.workflow_id is not None:
+            parser.error("give either WORKFLOW_ID or --file, not both")
+        if args.children or args.run_id or args.save:
+            parser.error("--children, --run-id and --save need a server: not with --file")
+    elif args.workflow_id is None:
+        parser.error("WORKFLOW_ID or --file is required")
+    elif args.file_workflow_id is not None:
+        parser.error("--workflow-id names the workflow of --file histories")
+    try:
+        return asyncio.run(
+            replay_command(
+                args.workflow_id,
+                run_id=args.run_id,
+                children=args.children,
+                files=args.file,
+                file_workflow_id=args.file_workflow_id,
+                save_dir=args.save,
+            )
+        )
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
 # --------------------------------------------------------------------------- entry point
 
 _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     _add_validate_parser,
     _add_run_parser,
     _add_status_parser,
+    _add_chat_parser,
+    _add_plan_parser,
+    _add_replay_parser,
 )
 
 
@@ -171,7 +337,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``dplan`` console script and ``python -m starter``."""
+    """Run one command and return its exit code (tests call this in-process)."""
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
     return handler(args)
+
+
+def console_main() -> None:
+    """Entry point of the ``dplan`` console script and ``python -m starter``.
+
+    Exits with ``os._exit`` once output is flushed: the Temporal SDK's native threads can
+    abort the interpreter's normal finalization (sdk-python#300), which would turn a
+    finished command's exit code into a crash after its report was printed.
+    """
+    import os
+
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
