@@ -176,7 +176,13 @@ class LlmActivities:
         message, _ = assign_tool_call_ids(message, salt=msg_id)
         usage = usage_of(litellm, response)
         message = message.model_copy(update={"usage": usage})
-        await self._store.append(inp.session_id, [message])
+        if await self._store.append(inp.session_id, [message]) == 0:
+            # Another attempt of this same call (one the server had given up on, but
+            # which still finished) stored its answer first. The stored answer is the
+            # one the tools and the next turn read, so it is the one to report.
+            stored = next(m for m in await self._store.read(inp.session_id) if m.id == msg_id)
+            await charge(self._store, inp.root_session_id, msg_id, stored.usage or Usage())
+            return output_of(stored, model=model, replayed=True)
         await charge(self._store, inp.root_session_id, msg_id, usage)
         out = output_of(message, model=model, replayed=False)
         return out.model_copy(update={"finish_reason": finish_reason})

@@ -1,6 +1,6 @@
 """Session-store benchmark: what a plan's session traffic costs on each backend.
 
-    python -m bench.sessions [--sizes 100,1000,10000] [--short] [--repeats N]
+    python -m bench.sessions [--sizes 100,1000,10000,100000] [--short] [--repeats N]
 
 For each backend and size N it builds a session of N messages the way an agent loop
 does (one append per step: user, assistant tool call + tool result, answer; ~300
@@ -10,6 +10,13 @@ last column times the same restore done client-side (read the snapshot, ``replac
 which is what a store without server-side copies would pay; the ratio shows what the
 ``INSERT ... SELECT`` design buys. PostgreSQL is skipped, with a note, when unreachable
 (``DPLAN_BENCH_PG_DSN``, else ``DPLAN_TEST_PG_DSN``, else the local default).
+
+Sizes go from 100 to 100,000 messages (``--short``: 100 and 1,000), because a long-lived
+session is exactly what the store exists for, and the question at that end is whether
+the isolation cycle stays linear in the history (a server-side ``INSERT ... SELECT``
+should) or turns worse. So after the table it prints snapshot and restore time per
+1,000 messages for each size, and its ratio to the 1,000-message size: 1.00 is linear,
+below is cheaper per message (fixed costs amortised), above is super-linear.
 """
 
 from __future__ import annotations
@@ -234,6 +241,7 @@ async def run(sizes: Sequence[int], repeats: int) -> list[Row]:
                 rows.append(await measure(store, name, n, repeats))
                 print(_format(rows[-1]), flush=True)
     _print_ratios(rows)
+    _print_linearity(rows)
     return rows
 
 
@@ -256,16 +264,68 @@ def _print_ratios(rows: Sequence[Row]) -> None:
             )
 
 
+def _per_thousand(ms: float, messages: int) -> float:
+    return ms * 1000 / messages
+
+
+def _print_linearity(rows: Sequence[Row]) -> None:
+    """Time per 1,000 messages at each size, relative to a reference size.
+
+    The reference is 1,000 messages when measured (at 100 the per-call fixed cost, a
+    round trip and a transaction, dominates and would flatter every larger size), else
+    the smallest size. A ratio that stays near 1.00 up to 100,000 says a snapshot or
+    restore costs the same per message however long the session grows.
+    """
+    backends = list(dict.fromkeys(r.backend for r in rows))
+    if not backends:
+        return
+    print("\nlinearity: ms per 1,000 messages (x = ratio to the reference size; 1.00 is linear)")
+    print(
+        f"{'backend':<9}{'messages':>9}{'snapshot/1k':>13}{'x':>7}{'restore/1k':>12}{'x':>7}"
+        f"{'restore+keep/1k':>17}{'x':>7}{'append/1k s':>13}{'x':>7}"
+    )
+    for backend in backends:
+        mine = sorted((r for r in rows if r.backend == backend), key=lambda r: r.messages)
+        ref = next((r for r in mine if r.messages == 1000), mine[0])
+        base = (
+            _per_thousand(ref.snapshot_ms, ref.messages),
+            _per_thousand(ref.restore_ms, ref.messages),
+            _per_thousand(ref.restore_keep_ms, ref.messages),
+            _per_thousand(ref.append_s, ref.messages),
+        )
+        for row in mine:
+            values = (
+                _per_thousand(row.snapshot_ms, row.messages),
+                _per_thousand(row.restore_ms, row.messages),
+                _per_thousand(row.restore_keep_ms, row.messages),
+                _per_thousand(row.append_s, row.messages),
+            )
+            cells = "".join(
+                f"{v:>{w}.{p}f}{v / b:>7.2f}"
+                for v, b, w, p in zip(values, base, (13, 12, 17, 13), (2, 2, 2, 3), strict=True)
+            )
+            print(f"{backend:<9}{row.messages:>9}{cells}")
+        largest = mine[-1]
+        if largest is not ref:
+            ratio = _per_thousand(largest.restore_ms, largest.messages) / base[1]
+            print(
+                f"{backend}: restore per 1,000 messages at {largest.messages:,} is {ratio:.2f}x "
+                f"that at {ref.messages:,}"
+            )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.sessions", description=__doc__)
-    parser.add_argument("--sizes", help="comma-separated message counts (default 100,1000,10000)")
-    parser.add_argument("--short", action="store_true", help="small sizes, for CI")
+    parser.add_argument(
+        "--sizes", help="comma-separated message counts (default 100,1000,10000,100000)"
+    )
+    parser.add_argument("--short", action="store_true", help="sizes 100 and 1000, for CI")
     parser.add_argument("--repeats", type=int, help="snapshot/restore cycles per size")
     args = parser.parse_args(argv)
     if args.sizes:
         sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     else:
-        sizes = [100, 1000] if args.short else [100, 1000, 10_000]
+        sizes = [100, 1000] if args.short else [100, 1000, 10_000, 100_000]
     repeats = args.repeats or (3 if args.short else 5)
     asyncio.run(run(sizes, repeats))
 

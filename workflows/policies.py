@@ -24,7 +24,10 @@ NON_RETRYABLE_LLM_ERRORS = [
 ]
 
 LLM_START_TO_CLOSE = timedelta(minutes=3)
-LLM_HEARTBEAT = timedelta(seconds=8)
+# Long enough that a busy worker's event loop (hundreds of subtasks on two cores) does
+# not miss it and get a live call retried; short enough that a dead worker's calls move
+# to another worker within seconds.
+LLM_HEARTBEAT = timedelta(seconds=15)
 LLM_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
