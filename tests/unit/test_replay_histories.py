@@ -1,0 +1,173 @@
+"""The committed histories (tests/histories/) replay against the current workflow code.
+
+They are recorded runs of every workflow shape in production: a failing replay here means
+a code change would break workflows that are running while it is deployed. No server is
+needed: the Replayer runs the workflow code against the recorded events alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio import workflow
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+from temporalio.workflow import NondeterminismError
+
+from domain.contracts import SubtaskInput, SubtaskOutcome
+from starter.cli import main
+from starter.replay_command import (
+    history_file_name,
+    load_history_file,
+    make_replayer,
+    replay_runs,
+    workflow_id_from_file_name,
+)
+from workflows import ALL_WORKFLOWS
+from workflows.subtask import SubtaskWorkflow
+
+HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+FILES = sorted(HISTORIES.glob("*/*.json"))
+CASES = ("success", "failure", "crash", "subagent", "session")
+SUCCESS_SUBTASK = HISTORIES / "success" / "hist-success__a.0.json"
+
+
+def _types(case: str) -> Counter[str]:
+    """Workflow type → number of recorded runs in a case."""
+    counts: Counter[str] = Counter()
+    for path in (HISTORIES / case).glob("*.json"):
+        first = json.loads(path.read_text())["events"][0]
+        counts[first["workflowExecutionStartedEventAttributes"]["workflowType"]["name"]] += 1
+    return counts
+
+
+def test_every_case_is_recorded_with_the_workflows_it_is_about() -> None:
+    """Guards the parametrized test below against passing on an empty or partial set."""
+    assert {p.parent.name for p in FILES} == set(CASES)
+    assert _types("success") == {"PlanWorkflow": 1, "SubtaskWorkflow": 4}
+    assert _types("failure") == {"PlanWorkflow": 1, "SubtaskWorkflow": 3}  # one skipped
+    assert _types("crash") == {"PlanWorkflow": 1, "SubtaskWorkflow": 4}
+    # The spawned sub-agent is a SubtaskWorkflow nested under the subtask that spawned it.
+    assert _types("subagent") == {"PlanWorkflow": 1, "SubtaskWorkflow": 3}
+    assert (HISTORIES / "subagent" / "hist-subagent__spawn__coder-0-0.0.json").exists()
+    # Continue-as-new after each of two messages: three runs of one workflow id.
+    assert sorted(p.name for p in (HISTORIES / "session").glob("*.json")) == [
+        f"session__hist-session.{i}.json" for i in range(3)
+    ]
+
+
+def test_the_crash_case_holds_a_retried_llm_call() -> None:
+    """What makes the crash case worth keeping: activities re-run after the SIGKILL."""
+    attempts = [
+        event["activityTaskStartedEventAttributes"].get("attempt", 1)
+        for path in (HISTORIES / "crash").glob("*.json")
+        for event in json.loads(path.read_text())["events"]
+        if "activityTaskStartedEventAttributes" in event
+    ]
+    assert max(attempts) >= 2
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+async def test_recorded_history_replays(path: Path) -> None:
+    run = load_history_file(path)
+    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(run.history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, (
+        f"{path.relative_to(HISTORIES)} no longer replays; the workflow change breaks "
+        f"running workflows (see tests/histories/README.md): {result.replay_failure}"
+    )
+
+
+# --------------------------------------------------------------------------- it can fail
+
+
+# Unsandboxed: the sandbox would re-import this test module (file paths at import time);
+# non-determinism is detected by the SDK core, the same with or without the sandbox.
+@workflow.defn(name="SubtaskWorkflow", sandboxed=False)
+class SubtaskWorkflowWithANewFirstStep(SubtaskWorkflow):
+    """The kind of change that breaks running subtasks: a step added before the others,
+    without ``workflow.patched``. A recorded run never scheduled this activity."""
+
+    @workflow.run
+    async def run(self, inp: SubtaskInput) -> SubtaskOutcome:
+        await workflow.execute_activity(
+            "audit_subtask", inp.subtask.id, start_to_close_timeout=timedelta(seconds=10)
+        )
+        return await super().run(inp)
+
+
+async def test_a_changed_workflow_fails_to_replay_with_a_nondeterminism_error() -> None:
+    run = load_history_file(SUCCESS_SUBTASK)
+    replayer = Replayer(
+        workflows=[SubtaskWorkflowWithANewFirstStep], data_converter=pydantic_data_converter
+    )
+    with pytest.raises(NondeterminismError) as info:
+        await replayer.replay_workflow(run.history)
+    assert "Nondeterminism error" in str(info.value), info.value
+
+
+async def test_replay_runs_reports_the_failure_as_nondeterminism() -> None:
+    """The classification `dplan replay` prints: non-determinism, with the message."""
+    run = load_history_file(SUCCESS_SUBTASK)
+    [changed] = await replay_runs([run], make_replayer([SubtaskWorkflowWithANewFirstStep]))
+    [unchanged] = await replay_runs([run], make_replayer())
+    assert changed.nondeterministic and not changed.ok
+    # The SDK wraps core's message in a debug dump; the command shows the message itself.
+    assert changed.message.startswith("[TMPRL1100] Nondeterminism error: "), changed.message
+    assert unchanged.ok and unchanged.failure is None
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def test_file_names_round_trip_to_workflow_ids() -> None:
+    for wid in ("hist-success", "plan-1/a", "plan-1/a/coder-0-0", "session/s-1"):
+        assert workflow_id_from_file_name(history_file_name(wid, 3)) == wid
+    assert workflow_id_from_file_name("dir/plan-1__a.json") == "plan-1/a"
+
+
+def test_replay_command_replays_files_without_a_server(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    files = sorted((HISTORIES / "session").glob("*.json"))
+    argv = ["replay"] + [arg for f in files for arg in ("--file", str(f))]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert len(lines) == len(files) + 1
+    assert all(line.startswith("ok    session/hist-session  run ") for line in lines[:-1])
+    assert lines[-1] == "replayed 3 runs of 1 workflows: 3 ok, 0 failed"
+    assert err == ""
+
+
+def test_replay_command_rejects_a_file_that_is_not_a_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "plan-1.0.json"
+    bad.write_text('{"events": [{"eventId": "1", "eventType": "EVENT_TYPE_TIMER_FIRED"}]}')
+    assert main(["replay", "--file", str(bad)]) == 2
+    assert "does not start with a WorkflowExecutionStarted event" in capsys.readouterr().err
+
+
+def test_replay_command_names_the_run_that_is_not_deterministic(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    changed = make_replayer([SubtaskWorkflowWithANewFirstStep])
+    monkeypatch.setattr("starter.replay_command.make_replayer", lambda: changed)
+    run = load_history_file(SUCCESS_SUBTASK)
+
+    assert main(["replay", "--file", str(SUCCESS_SUBTASK)]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [
+        f"FAIL  hist-success/a  run {run.run_id}  {run.event_count} events",
+        "replayed 1 runs of 1 workflows: 0 ok, 1 failed",
+    ]
+    head, detail = err.splitlines()
+    assert head == (
+        f"error: non-determinism error in workflow 'hist-success/a' run {run.run_id} (run index 0):"
+    )
+    assert detail.startswith("  [TMPRL1100] Nondeterminism error: "), detail
