@@ -216,12 +216,15 @@ def _parse_yaml(text: str, source: str) -> Any:
     # parses files, and PyYAML need not load inside the workflow sandbox.
     import yaml
 
-    loader = _unique_key_loader()(text)
+    loader: Any = None
     try:
+        loader = _unique_key_loader()(text)  # its Reader already rejects control characters
         data = loader.get_single_data()
+    except yaml.reader.ReaderError as exc:
+        raise AgentsFileError([f"{source}: invalid YAML{_unprintable(text, exc)}"]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        what = exc.problem or exc.context or "malformed document"
+        what = _yaml_problem(exc.context, exc.problem)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise AgentsFileError([f"{source}: invalid YAML{where}: {what}"]) from None
     except yaml.YAMLError as exc:
@@ -231,13 +234,30 @@ def _parse_yaml(text: str, source: str) -> Any:
     except ValueError as exc:  # e.g. an integer literal longer than Python converts
         raise AgentsFileError([f"{source}: invalid YAML: {_one_line(str(exc))}"]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if loader.duplicates:
         raise AgentsFileError(
             f"{source}: duplicate key {_quote(key)} at line {line} (only the last would count)"
             for key, line in loader.duplicates
         )
     return data
+
+
+def _yaml_problem(context: str | None, problem: str | None) -> str:
+    """PyYAML's message: a "while parsing ..." context is noise, any other completes it."""
+    if context and problem and not context.startswith("while "):
+        return f"{context}, {problem}"  # "expected a single document ..., but found another"
+    return problem or context or "malformed document"
+
+
+def _unprintable(text: str, exc: Any) -> str:
+    """Where PyYAML's Reader found a character YAML forbids (it names no line itself)."""
+    position: int = exc.position
+    line = text.count("\n", 0, position) + 1
+    column = position - (text.rfind("\n", 0, position) + 1) + 1
+    code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "?")
+    return f" at line {line}, column {column}: character U+{code:04X} is not allowed in YAML"
 
 
 @cache
@@ -266,6 +286,18 @@ def _unique_key_loader() -> Any:
                     self.duplicates.append((key_node.value, key_node.start_mark.line + 1))
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
+
+        def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+            # PyYAML's scalar constructors raise KeyError (``!!bool maybe``), IndexError
+            # (``!!int ""``) or AttributeError (``!!timestamp soon``) for a value that does
+            # not fit its explicit tag; make those YAML errors with a position.
+            try:
+                return super().construct_object(node, deep=deep)
+            except (KeyError, IndexError, AttributeError, TypeError):
+                tag = str(node.tag).removeprefix("tag:yaml.org,2002:")
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{_quote(node.value)} is not a valid !!{tag}", node.start_mark
+                ) from None
 
     return UniqueKeyLoader
 
@@ -352,11 +384,29 @@ def _build_agent(name: Any, body: Any, base: AgentCatalog) -> tuple[AgentSpec | 
 _Check = Callable[[Any], tuple[Any, list[str]]]
 
 
+def _lone_surrogate(text: str) -> str | None:
+    """Why ``text`` is not valid Unicode (a JSON/YAML ``\\ud83d`` escape), or None.
+
+    Python keeps a lone surrogate in a str, but it cannot be encoded as UTF-8: the agent
+    would load, then break the first request or workflow input that carries it.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f": contains a lone surrogate ({text[exc.start]!r} at character {exc.start}), "
+            "which is not valid Unicode text"
+        )
+    return None
+
+
 def _check_system_prompt(value: Any) -> tuple[Any, list[str]]:
     if not isinstance(value, str):
         return None, [f": must be a string, got {_describe(value)}"]
     if not value.strip():
         return None, [": must not be empty"]
+    if why := _lone_surrogate(value):
+        return None, [why]
     return value, []
 
 
@@ -401,6 +451,8 @@ def _check_model(value: Any) -> tuple[Any, list[str]]:
         return None, [f": must be a string (a litellm model name), got {_describe(value)}"]
     if not value.strip():
         return None, [": must not be empty (leave it out to use the worker's DPLAN_MODEL)"]
+    if why := _lone_surrogate(value):
+        return None, [why]
     return value, []
 
 
@@ -426,7 +478,10 @@ def _where(name: str) -> str:
     """The entry's path as it would be written in TOML: agents.coder, agents."my agent"."""
     if _BARE_KEY.fullmatch(name):
         return f"agents.{name}"
-    return f"agents.{json.dumps(name[:_QUOTE_LIMIT], ensure_ascii=False)}"
+    quoted = json.dumps(name[:_QUOTE_LIMIT], ensure_ascii=False)
+    if _lone_surrogate(quoted):  # keep the line printable: write it as "\ud83d"
+        quoted = json.dumps(name[:_QUOTE_LIMIT])
+    return f"agents.{quoted}"
 
 
 def _unknown_key(key: Any, known: Sequence[str]) -> str:

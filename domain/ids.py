@@ -13,7 +13,9 @@ def stable_id(*parts: str | int, length: int = 24) -> str:
     """A short hex digest of ``parts``; equal inputs give equal ids on every machine."""
     h = hashlib.sha256()
     for p in parts:
-        h.update(str(p).encode())
+        # surrogatepass: a lone surrogate (a model's half-escaped tool-call id) must not crash
+        # history repair; every valid string encodes exactly as before, so ids are unchanged.
+        h.update(str(p).encode("utf-8", "surrogatepass"))
         h.update(b"\x1f")
     return h.hexdigest()[:length]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -73,6 +74,23 @@ class PlanValidationError(ValueError):
 def is_valid_id(value: str) -> bool:
     """Whether ``value`` may be used as a plan or subtask id."""
     return ID_PATTERN.fullmatch(value) is not None
+
+
+def _lone_surrogate(text: str) -> str | None:
+    """Why ``text`` is not valid Unicode, or None when it is.
+
+    JSON's ``\\ud83d`` escape (half an emoji, e.g. from truncated LLM output) decodes to a
+    lone surrogate: Python keeps it in a str, but it cannot be encoded as UTF-8, so the plan
+    would pass validation and then fail when Temporal serialises the workflow input.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"contains a lone surrogate ({text[exc.start]!r} at character {exc.start}), "
+            "which is not valid Unicode text"
+        )
+    return None
 
 
 def new_plan_id() -> str:
@@ -143,11 +161,15 @@ def _parse_yaml(text: str, source: str) -> Any:
     # Imported here: workflow code imports this module but never parses text.
     import yaml
 
+    loader: Any = None
     try:
-        return yaml.safe_load(text)
+        loader = _safe_loader()(text)  # its Reader already rejects control characters
+        return loader.get_single_data()
+    except yaml.reader.ReaderError as exc:
+        raise PlanValidationError([f"{source}: invalid YAML{_unprintable(text, exc)}"]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        what = exc.problem or exc.context or "malformed document"
+        what = _yaml_problem(exc.context, exc.problem)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise PlanValidationError([f"{source}: invalid YAML{where}: {what}"]) from None
     except yaml.YAMLError as exc:
@@ -156,6 +178,47 @@ def _parse_yaml(text: str, source: str) -> Any:
         raise PlanValidationError([f"{source}: invalid YAML: nested too deeply"]) from None
     except ValueError as exc:  # e.g. an integer literal longer than Python converts
         raise PlanValidationError([f"{source}: invalid YAML: {_one_line(str(exc))}"]) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _yaml_problem(context: str | None, problem: str | None) -> str:
+    """PyYAML's message: a "while parsing ..." context is noise, any other completes it."""
+    if context and problem and not context.startswith("while "):
+        return f"{context}, {problem}"  # "expected a single document ..., but found another"
+    return problem or context or "malformed document"
+
+
+def _unprintable(text: str, exc: Any) -> str:
+    """Where PyYAML's Reader found a character YAML forbids (it names no line itself)."""
+    position: int = exc.position
+    line = text.count("\n", 0, position) + 1
+    column = position - (text.rfind("\n", 0, position) + 1) + 1
+    code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "?")
+    return f" at line {line}, column {column}: character U+{code:04X} is not allowed in YAML"
+
+
+@cache
+def _safe_loader() -> Any:
+    """yaml.SafeLoader whose every failure is a YAML error with a position.
+
+    PyYAML's scalar constructors raise KeyError (``!!bool maybe``), IndexError (``!!int ""``)
+    or AttributeError (``!!timestamp soon``) for a value that does not fit its explicit tag.
+    """
+    import yaml
+
+    class SafeLoader(yaml.SafeLoader):
+        def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+            try:
+                return super().construct_object(node, deep=deep)
+            except (KeyError, IndexError, AttributeError, TypeError):
+                tag = str(node.tag).removeprefix("tag:yaml.org,2002:")
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{_quote(node.value)} is not a valid !!{tag}", node.start_mark
+                ) from None
+
+    return SafeLoader
 
 
 # --------------------------------------------------------------------------- files
@@ -434,8 +497,11 @@ def _explain_error(
     if kind == "missing" and loc:
         parent = path.rsplit(".", 1)[0] if "." in path else ""
         return [_prefixed(parent, f"missing required field {loc[-1]!r}")]
+    value = err["input"]
     if kind in _TYPE_PHRASES:
         phrase = _TYPE_PHRASES[kind]
+    elif isinstance(value, float) and math.isnan(value):  # NaN fails every bound: say why
+        phrase = _TYPE_PHRASES["finite_number"]
     elif kind == "greater_than_equal":
         phrase = "must not be negative" if ctx.get("ge") == 0 else f"must be at least {ctx['ge']}"
     elif kind == "greater_than":
@@ -449,7 +515,7 @@ def _explain_error(
     else:
         message = _one_line(err["msg"])
         phrase = message[:1].lower() + message[1:]
-    return [_prefixed(path, f"{phrase}, got {_describe(err['input'])}")]
+    return [_prefixed(path, f"{phrase}, got {_describe(value)}")]
 
 
 # --------------------------------------------------------------------------- semantic rules
@@ -494,8 +560,12 @@ def _plan_field_problems(plan: _PlanFacts) -> list[_Problem]:
         out.append(f"id: invalid plan id {_quote(plan.id)} ({ID_RULE})")
     if plan.goal is not None and len(plan.goal) > MAX_GOAL_CHARS:
         out.append(f"goal: too long ({len(plan.goal)} characters, limit {MAX_GOAL_CHARS})")
+    elif plan.goal is not None and (why := _lone_surrogate(plan.goal)):
+        out.append(f"goal: {why}")
     if plan.session_id is not None and not plan.session_id.strip():
         out.append("session_id: must not be blank (omit it to start a new session)")
+    elif plan.session_id is not None and (why := _lone_surrogate(plan.session_id)):
+        out.append(f"session_id: {why}")
     if plan.max_parallel is not None and not MIN_PARALLEL <= plan.max_parallel <= MAX_PARALLEL:
         out.append(
             f"max_parallel: must be between {MIN_PARALLEL} and {MAX_PARALLEL}, "
@@ -518,6 +588,8 @@ def _subtask_problems(s: _SubtaskFacts, known_agents: Collection[str]) -> list[s
                 f"description is too long ({len(s.description)} characters, "
                 f"limit {MAX_DESCRIPTION_CHARS})"
             )
+        elif why := _lone_surrogate(s.description):
+            out.append(f"description {why}")
     if s.agent is not None and s.agent not in known_agents:
         known = sorted(known_agents)
         close = difflib.get_close_matches(s.agent, known, n=1, cutoff=0.6)
