@@ -192,7 +192,8 @@ class SessionWorkflow:
     def _validate_switch(self, inp: SwitchAgentInput) -> None:
         problem = self._switch_problem(inp.target)
         if problem is not None:
-            raise ValueError(problem)
+            # Rejected before it is accepted: nothing is recorded in the history.
+            raise ApplicationError(problem, type="InvalidAgentSwitch", non_retryable=True)
 
     @workflow.update
     async def history(self, inp: HistoryInput) -> list[Message]:

@@ -1,0 +1,168 @@
+"""``dplan plan "GOAL"``: let the orchestrator agent plan a goal, then follow the plan.
+
+The goal goes to a conversation (``SessionWorkflow``, new or ``--session``) as a
+``plan_goal`` update: the orchestrator writes the plan with its ``create_plan`` tool and
+the session starts it as a child ``PlanWorkflow``. From there this command behaves like
+``dplan run``: the same live progress, the same report, the same exit codes (0 completed,
+1 failed / cancelled / no plan started / Temporal unusable, 2 invalid input).
+
+With ``--json`` stdout carries exactly one JSON document: the report, or an array of
+reports when the orchestrator started several plans; everything else goes to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+from rich.console import Console
+from temporalio.service import RPCError
+
+from activities.log import ensure_logging
+from domain.agents import AgentCatalog
+from domain.models import PlanReport, PlanStatus
+from domain.session_contracts import UPDATE_PLAN_GOAL, PlanGoalInput, SendMessageResult
+from settings import Settings
+from starter.chat import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    SessionCommandError,
+    SessionConnection,
+    attach_session,
+    check_session_id,
+    new_session_id,
+    open_connection,
+    session_update,
+)
+from starter.client import (
+    PlanClientError,
+    TemporalUnreachable,
+    query_status,
+    wait_for_report,
+    web_url,
+)
+from starter.embedded import EmbeddedServerError, WorkerDied
+from starter.progress import follow_progress, report_renderable
+from starter.run_command import _catalog, _settings, _unreachable_message
+
+__all__ = ["plan_goal_command"]
+
+_PLAIN_WIDTH = 120
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+async def plan_goal_command(
+    goal: str,
+    *,
+    embedded: bool,
+    session_id: str | None,
+    json_output: bool,
+    settings: Settings | None = None,
+) -> int:
+    """Plan ``goal`` in a conversation and follow every plan it starts to its report."""
+    ensure_logging(json=False, level="WARNING")
+    resolved = _settings(settings)
+    catalog = _catalog(resolved) if resolved is not None else None
+    if resolved is None or catalog is None:
+        return EXIT_INVALID
+    problem = _goal_problem(goal)
+    if problem is None and session_id is not None:
+        problem = check_session_id(session_id)
+    if problem is not None:
+        _err(f"error: {problem}")
+        return EXIT_INVALID
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            conn = await open_connection(stack, resolved, embedded=embedded)
+            return await _plan_and_follow(
+                conn, catalog, goal.strip(), session_id or new_session_id(), json_output
+            )
+    except TemporalUnreachable as err:
+        _err(_unreachable_message(err, suggest_embedded=not embedded))
+    except (PlanClientError, EmbeddedServerError, WorkerDied) as err:
+        _err(f"error: {err}")
+    except RPCError as err:  # the server refused a call (namespace, permissions, overload)
+        _err(f"error: the Temporal server refused a request: {err.status.name}: {err.message}")
+    except asyncio.CancelledError:
+        # Ctrl-C stops this process, not the plans nor the conversation: both are durable.
+        _err("\nstopped following; the plans are not cancelled (see `dplan status PLAN_ID`).")
+        raise
+    return EXIT_FAILED
+
+
+def _goal_problem(goal: str) -> str | None:
+    try:
+        PlanGoalInput(goal=goal.strip())
+    except ValidationError as err:
+        return "invalid goal: " + "; ".join(str(e["msg"]) for e in err.errors())
+    return None
+
+
+async def _plan_and_follow(
+    conn: SessionConnection,
+    catalog: AgentCatalog,
+    goal: str,
+    session_id: str,
+    json_output: bool,
+) -> int:
+    handle, _ = await attach_session(conn, catalog, session_id)
+    _err(f"conversation {session_id} (continue it with: dplan chat --session {session_id})")
+    _err("planning…")
+    try:
+        result = await session_update(
+            conn, handle, UPDATE_PLAN_GOAL, PlanGoalInput(goal=goal), SendMessageResult
+        )
+    except SessionCommandError as err:
+        _err(f"error: {err.type}: {err.message}")
+        return EXIT_FAILED
+    # The orchestrator's words are commentary; in --json mode stdout is for the report.
+    answer = f"{result.agent}: {result.answer}"
+    if json_output or not result.plan_ids:
+        _err(answer)
+    else:
+        print(answer, flush=True)
+    if not result.plan_ids:
+        _err("error: the orchestrator started no plan for this goal")
+        return EXIT_FAILED
+
+    reports = [await _follow(conn, plan_id, json_output=json_output) for plan_id in result.plan_ids]
+    if json_output:
+        document: Any = (
+            reports[0].model_dump(mode="json")
+            if len(reports) == 1
+            else [r.model_dump(mode="json") for r in reports]
+        )
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        sys.stdout.flush()
+    completed = all(r.status is PlanStatus.COMPLETED for r in reports)
+    return EXIT_OK if completed else EXIT_FAILED
+
+
+async def _follow(conn: SessionConnection, plan_id: str, *, json_output: bool) -> PlanReport:
+    """Show ``plan_id``'s progress until it ends; return (and, unless JSON, print) its
+    report, whose status is the plan's real outcome as Temporal recorded it."""
+    handle = conn.client.get_workflow_handle(plan_id, result_type=PlanReport)
+    url = web_url(conn.ui_base, conn.settings.temporal_namespace, plan_id) if conn.ui_base else None
+    result: asyncio.Future[PlanReport] = asyncio.ensure_future(conn.watch(wait_for_report(handle)))
+    try:
+        if not json_output:
+            await follow_progress(
+                lambda: query_status(handle), plan_id=plan_id, web_url=url, until=result
+            )
+        report = await result
+    finally:
+        result.cancel()
+    if not json_output:
+        console = Console()
+        if not console.is_terminal:  # a log or pipe: no terminal width to respect
+            console = Console(width=max(console.width, _PLAIN_WIDTH))
+        console.print(report_renderable(report, web_url=url))
+    return report

@@ -1,0 +1,314 @@
+"""`dplan chat` and `dplan plan` end to end: real CLI processes, a real dev server, a real
+worker process and the fake provider, each in its own process.
+
+The conversation must survive the CLI process: the second `dplan chat --session S` is a
+new process that finds the agent switch the first one made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from domain.models import PlanReport, PlanStatus
+from domain.session_contracts import SessionState, session_workflow_id
+from tests.integration.conftest import FAKE_KEY
+from tests.integration.workers import REPO_ROOT, WorkerProcess
+from tests.support.fake_provider import FakeProviderProcess
+
+pytestmark = pytest.mark.integration
+
+CLI_TIMEOUT_S = 120.0
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+@dataclass
+class Stack:
+    env: dict[str, str]
+    provider: FakeProviderProcess
+    workspace: Path
+
+
+@pytest.fixture
+async def stack(temporal_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
+    """A fake provider and a `python -m worker` on a queue of this test's own."""
+    provider = FakeProviderProcess(tmp_path / "provider.jsonl")
+    provider.start()
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "README.md").write_text("# chat workspace\n")
+    env = {
+        "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": temporal_env.client.namespace,
+        "DPLAN_TASK_QUEUE": f"tq-chat-{uuid.uuid4().hex[:8]}",
+        "DPLAN_MODEL": "openai/fake-model",
+        "DPLAN_API_BASE": provider.base_url,
+        "DPLAN_API_KEY": FAKE_KEY,
+        "DPLAN_SESSION_STORE": str(tmp_path / "sessions.db"),
+        "DPLAN_WORKSPACE": str(workspace),
+        "DPLAN_STATE_DIR": str(tmp_path / "state"),
+    }
+    worker = WorkerProcess(env, tmp_path / "worker.log").start()
+    try:
+        await asyncio.to_thread(worker.wait_ready)
+        yield Stack(env=env, provider=provider, workspace=workspace)
+    finally:
+        await asyncio.to_thread(worker.stop)
+        provider.stop()
+
+
+def _cli_env(stack: Stack, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DPLAN_", "TEMPORAL_"))}
+    return {**env, **stack.env, **extra}
+
+
+async def run_cli(stack: Stack, args: list[str], stdin: str = "") -> tuple[int, str, str]:
+    """`python -m starter ARGS` with ``stdin`` piped in; (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "starter",
+        *args,
+        cwd=REPO_ROOT,
+        env=_cli_env(stack),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), CLI_TIMEOUT_S)
+    except TimeoutError:
+        proc.kill()
+        out, err = await proc.communicate()
+        pytest.fail(f"dplan {args} timed out\nstdout:\n{out.decode()}\nstderr:\n{err.decode()}")
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def _between(text: str, start: str, end: str) -> str:
+    """The part of ``text`` after the first ``start`` and before the next ``end``."""
+    assert start in text, f"{start!r} not in output:\n{text}"
+    after = text.split(start, 1)[1]
+    assert end in after, f"{end!r} not after {start!r}:\n{text}"
+    return after.split(end, 1)[0]
+
+
+async def test_chat_over_a_pipe_then_resumed_by_a_new_process(stack: Stack, client: Client) -> None:
+    session = f"chat-{uuid.uuid4().hex[:8]}"
+    script = "\n".join(
+        [
+            "Hello there",
+            "/history 5",
+            "/switch coder need code",
+            "/switch coder again",  # refused: coder is already current; the chat goes on
+            "/events",
+            "/history 5",
+            "/bogus",
+            "/quit",
+            "never read: /quit came first",
+        ]
+    )
+    code, out, err = await run_cli(stack, ["chat", "--session", session], script + "\n")
+
+    assert code == 0, f"stdout:\n{out}\nstderr:\n{err}"
+    assert f"new conversation {session}" in out
+    assert "\x1b[" not in out  # a pipe gets plain text, no ANSI codes
+    assert "orchestrator: Done: Hello there." in out
+
+    before_switch = _between(out, "Done: Hello there.", "switched orchestrator → coder")
+    assert "user      Hello there" in before_switch
+    assert "assistant → tool(list_dir)" in before_switch  # the turn's tool traffic
+    assert "tool      list_dir: " in before_switch
+
+    report = _between(out, "switched orchestrator → coder\n", "error:")
+    assert "  removed_count: 2\n" in report  # the assistant tool call and its result
+    assert "  preserved_result: Done: Hello there." in report
+    assert "  final_message_count: 3\n" in report
+    assert "  note: Agent switched: orchestrator → coder" in report
+
+    # The type is whatever the workflow reported (a validator's rejection or the
+    # handler's InvalidAgentSwitch); the CLI's job is to show it and carry on.
+    assert re.search(
+        r"^error: (InvalidAgentSwitch|ValueError): the coder agent is already the current agent$",
+        out,
+        re.MULTILINE,
+    ), out
+    assert re.search(
+        r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d  orchestrator → coder  reason: need code"
+        r"  \(confidence: medium\)$",
+        out,
+        re.MULTILINE,
+    ), out
+    after_switch = _between(out, "(confidence: medium)", "error: unknown command /bogus")
+    assert "user      Hello there" in after_switch
+    assert "assistant Done: Hello there." in after_switch
+    assert "system    Agent switched: orchestrator → coder" in after_switch
+    assert "→ tool(" not in after_switch  # the switch dropped the tool traffic
+    assert "/switch AGENT [reason…]" in out  # help after the unknown command
+    assert f"left conversation {session}; resume it with: dplan chat --session {session}" in out
+    assert "never read" not in out
+
+    # A new process: the conversation is found where the first one left it.
+    code, out2, err2 = await run_cli(
+        stack, ["chat", "--session", session], "/status\n/events\n"
+    )  # end of input = /quit
+    assert code == 0, f"stdout:\n{out2}\nstderr:\n{err2}"
+    assert f"resumed conversation {session}: agent coder, 1 messages handled" in out2
+    assert "  agent: coder\n" in out2
+    assert "  messages handled: 1\n" in out2
+    assert "  agent switches: 1 (see /events)" in out2
+    assert "  plans: none" in out2
+    assert "orchestrator → coder  reason: need code  (confidence: medium)" in out2
+    assert f"left conversation {session}" in out2
+
+    state = await client.get_workflow_handle(session_workflow_id(session)).query(
+        "state", result_type=SessionState
+    )
+    assert (state.agent, state.messages_handled, len(state.events)) == ("coder", 1, 1)
+
+
+async def test_end_finishes_the_conversation_for_good(stack: Stack, client: Client) -> None:
+    session = f"chat-{uuid.uuid4().hex[:8]}"
+    code, out, err = await run_cli(
+        stack, ["chat", "--session", session, "--agent", "ask"], "/end\n"
+    )
+    assert code == 0, f"stdout:\n{out}\nstderr:\n{err}"
+    assert f"new conversation {session} (agent ask)" in out
+    assert f"conversation {session} ended" in out
+    await client.get_workflow_handle(session_workflow_id(session)).result()
+
+    code, out, err = await run_cli(stack, ["chat", "--session", session], "hello\n")
+    assert code == 1
+    assert f"conversation '{session}' has ended (/end) and cannot be resumed" in err
+
+
+async def test_chat_on_a_pseudo_terminal(stack: Stack) -> None:
+    """A person at a terminal: a prompt, a Markdown answer, and Ctrl-C at the prompt
+    leaves the chat like /quit."""
+    session = f"chat-{uuid.uuid4().hex[:8]}"
+    master, proc = _spawn_on_pty(
+        ["chat", "--session", session], _cli_env(stack, TERM="xterm-256color", COLUMNS="160")
+    )
+    screen = _Terminal(master)
+    try:
+        await screen.expect("you> ")
+        os.write(master, b"Hello from a terminal\n")
+        await screen.expect("Done: Hello from a terminal.")
+        await screen.expect("you> ")
+        os.write(master, b"/plan Build a tiny tool [plan]\n")
+        await screen.expect("started plan ")
+        await screen.expect("you> ")
+        os.write(master, b"/status\n")
+        await screen.expect("plans:")
+        await screen.expect("you> ")
+        os.write(master, b"\x03")  # Ctrl-C at the prompt
+        await screen.expect(f"left conversation {session}")
+        code = await asyncio.to_thread(proc.wait, 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert code == 0, screen.text
+    assert "orchestrator:" in screen.text
+    assert "\x1b[" in screen.raw  # a terminal gets styled output
+    plan_id = re.findall(r"started plan (plan-[0-9a-f]+)", screen.text)
+    assert len(plan_id) == 1, screen.text
+    assert re.search(rf"^  {plan_id[0]}  (running|completed)", screen.text, re.MULTILINE)
+
+
+def _spawn_on_pty(args: list[str], env: dict[str, str]) -> tuple[int, subprocess.Popen[bytes]]:
+    """`python -m starter ARGS` with a new pseudo-terminal as its controlling terminal
+    (so Ctrl-C typed into it is a SIGINT); returns the master fd and the process."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+
+    def own_terminal() -> None:  # runs in the child, after setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "starter", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        preexec_fn=own_terminal,
+    )
+    os.close(slave)
+    return master, proc
+
+
+class _Terminal:
+    """The master side of a pty: everything the child wrote, ANSI codes stripped."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.raw = ""
+        self._seen = 0  # expect() looks only after the previous match
+
+    @property
+    def text(self) -> str:
+        return ANSI.sub("", self.raw)
+
+    async def expect(self, needle: str, timeout_s: float = CLI_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = self.text.find(needle, self._seen)
+            if found >= 0:
+                self._seen = found + len(needle)
+                return
+            await asyncio.to_thread(self._read, 0.2)
+        pytest.fail(f"{needle!r} did not appear on the terminal:\n{self.text}")
+
+    def _read(self, wait_s: float) -> None:
+        ready, _, _ = select.select([self.fd], [], [], wait_s)
+        if ready:
+            with contextlib.suppress(OSError):  # EIO once the child has closed the pty
+                self.raw += os.read(self.fd, 65536).decode(errors="replace")
+
+
+async def test_plan_command_follows_the_plan_it_started(stack: Stack, client: Client) -> None:
+    session = f"chat-{uuid.uuid4().hex[:8]}"
+    code, out, err = await run_cli(
+        stack, ["plan", "Build a tiny tool [plan]", "--session", session, "--json"]
+    )
+
+    assert code == 0, f"stdout:\n{out}\nstderr:\n{err}"
+    report = PlanReport.model_validate(json.loads(out))  # stdout is only the report
+    assert report.status is PlanStatus.COMPLETED
+    assert report.counts.completed == len(report.subtasks) > 0
+    assert "orchestrator: Planned: " in err and "Build a tiny tool" in err
+    state = await client.get_workflow_handle(session_workflow_id(session)).query(
+        "state", result_type=SessionState
+    )
+    assert [p.plan_id for p in state.plans] == [report.plan_id]
+
+
+async def test_plan_command_without_a_plan_exits_1(stack: Stack) -> None:
+    # The model calls a tool that does not exist instead of create_plan, then answers.
+    code, out, err = await run_cli(stack, ["plan", "Just say hello [unknown-tool]"])
+    assert code == 1, f"stdout:\n{out}\nstderr:\n{err}"
+    assert "error: the orchestrator started no plan for this goal" in err
+    assert "orchestrator: Done: " in err and "Just say hello" in err
+    assert out == ""
