@@ -211,11 +211,12 @@ def plan_turn(
         args = _orchestration_arguments(name, task) or _arguments_for(tool, task)
         return PlannedTurn(None, (PlannedCall(name, args),))
     results = [m for m in since if m.get("role") == "tool"]
-    task = task.rstrip(". ")  # "Done: <task>." must not end in ".."
+    task = task.rstrip(". ")  # "Done: <task>." must not end in ".." (nor "?.")
+    stop = "" if task.endswith(("?", "!")) else "."
     if results:
         quoted = text_of(results[-1].get("content"))[:QUOTE_CHARS]
-        return PlannedTurn(f"Done: {task}. Based on the tool result: {quoted}")
-    return PlannedTurn(f"Done: {task}.")
+        return PlannedTurn(f"Done: {task}{stop} Based on the tool result: {quoted}")
+    return PlannedTurn(f"Done: {task}{stop}")
 
 
 def estimate_tokens(text: str) -> int:
