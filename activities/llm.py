@@ -11,6 +11,7 @@ killed after the model answered does not pay for, or change, that answer on retr
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
@@ -39,6 +40,10 @@ def import_litellm() -> Any:
 
     register_scripted_provider()
     litellm.suppress_debug_info = True
+    # litellm logs every request at INFO on its own handlers; the worker logs its own
+    # structured lines, so litellm keeps only warnings and errors.
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     return litellm
 
 
