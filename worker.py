@@ -24,6 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from temporalio.client import Client
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.log import configure_logging, get_logger
 from domain.secrets import scrub_secrets
@@ -70,8 +71,31 @@ def build_worker(
         task_queue=settings.task_queue,
         workflows=list(workflows),
         activities=list(activities),
+        workflow_runner=workflow_runner(),
         max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
         graceful_shutdown_timeout=grace_period,
+    )
+
+
+# Pure modules every workflow run would otherwise re-import inside its sandbox: the domain
+# model (and pydantic under it) and the workflows' own stateless helpers. Passing them
+# through keeps each new workflow's first task short; none of them holds mutable state.
+PASSTHROUGH_MODULES = (
+    "domain",
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "typing_inspection",
+    "yaml",
+    "workflows.policies",
+    "workflows.store_ops",
+    "workflows.agent_loop",
+)
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
     )
 
 
