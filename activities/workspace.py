@@ -21,6 +21,7 @@ import re
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import BinaryIO
 
@@ -296,6 +297,8 @@ class Workspace:
         try:
             with os.scandir(target) as it:
                 for entry in it:
+                    if entry.name.endswith(_TEMP_SUFFIX):
+                        continue  # an interrupted write's leftover, not the agent's file
                     name = _show(entry.name, limit=MAX_PATH_CHARS)
                     try:
                         if entry.is_dir():
@@ -465,9 +468,13 @@ def _atomic_write(target: Path, data: bytes, mode: int) -> None:
     leaves either the old file or the new one, never a torn mix; the activity's retry then
     simply writes again.
     """
-    fd, tmp = tempfile.mkstemp(
-        dir=target.parent, prefix=f".{target.name[:40]}.", suffix=_TEMP_SUFFIX
-    )
+    prefix = f".{target.name[:40]}."
+    # A worker killed mid-write (SIGKILL skips the cleanup below) leaves its temp file;
+    # the retried write of the same target sweeps it up.
+    with contextlib.suppress(OSError):
+        for stale in target.parent.glob(f"{glob_escape(prefix)}*{_TEMP_SUFFIX}"):
+            stale.unlink()
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=prefix, suffix=_TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

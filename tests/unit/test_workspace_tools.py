@@ -474,3 +474,15 @@ def test_search_refusals(ws: Workspace) -> None:
         ws.search_files("x", max_results=0)
     with pytest.raises(ToolRefused, match="outside the workspace"):
         ws.search_files("root", path="../..")
+
+
+def test_a_killed_writes_leftover_is_hidden_and_swept_by_the_next_write(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path / "ws")
+    # What SIGKILL in the middle of a write leaves: a torn temp file beside the target.
+    leftover = ws.root / ".notes.md.abc123.dplan-tmp"
+    leftover.write_bytes(b"half a fi")
+    assert ".dplan-tmp" not in ws.list_dir(".")
+    ws.write_file("notes.md", "whole file\n")
+    assert (ws.root / "notes.md").read_text() == "whole file\n"
+    assert not leftover.exists()
+    assert list(ws.root.glob("*.dplan-tmp")) == []

@@ -1,0 +1,580 @@
+"""Helpers for the chaos suite (tests/integration/test_chaos.py).
+
+Real processes only: workers are ``worker.main`` in their own interpreter (SIGKILLed for
+real), the provider is ``FakeProviderProcess``, and the server-restart case runs its own
+``temporal server start-dev`` on a SQLite file. What lives here:
+
+- ``ChaosWorker``: a worker subprocess whose log names every activity the moment the
+  SDK starts it (the SDK's own DEBUG line ``Running activity <type>``), so a test can kill
+  it during a given activity; litellm is imported before the worker reports ready.
+- ``WriterScenario``: a fake-provider scenario whose agent writes a large file
+  (``[write:PATH]`` in the task), for killing a worker in the middle of a tool write.
+- ``random_plan``: a seeded DAG of subtasks.
+- ``audit_calls``: which LLM calls were made again, and whether each repeat is excused.
+- ``check_plan``: every invariant of a finished plan (report, base session, branches,
+  snapshots) plus replay of the histories.
+- ``DevServer``: a Temporal dev server subprocess that can be killed and restarted.
+
+Run as ``python -m tests.integration.chaos_support worker`` it is the worker entry point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+
+from activities.sessions import merged_result_id
+from domain.ids import snapshot_id, stable_id
+from domain.models import Message, Plan, PlanReport, PlanStatus, SubtaskStatus
+from domain.tool_ids import strict_violations
+from session_store.factory import open_session_store
+from tests.integration.conftest import FAKE_KEY
+from tests.integration.plans import make_plan
+from tests.integration.replay import assert_replays
+from tests.integration.workers import REPO_ROOT, WorkerProcess
+from tests.support.fake_provider import FakeProviderProcess
+from tests.support.fake_scenario import (
+    AgentScenario,
+    ChatRequest,
+    Completion,
+    Reply,
+    ToolCallSpec,
+    strip_directives,
+)
+from workflows.plan import default_session_id
+
+# An answer the provider delivered this shortly before a SIGKILL may still have been on
+# the wire, or between the HTTP read and the store write, when the process died: it is
+# lost with the process and legitimately asked for again (see test_crash.py). After the
+# kill, the provider may still mark an answer "delivered" until it notices the closed
+# socket, hence the same margin on the other side.
+IN_FLIGHT_WINDOW_S = 0.5
+
+T = TypeVar("T")
+
+# The SDK logs this (logger below, DEBUG) when it hands an activity task to the code. If a
+# new SDK words it differently, ``wait_for_activity`` times out saying what it waited for.
+ACTIVITY_LOGGER = "temporalio.worker._activity"
+ACTIVITY_STARTED = "Running activity {} "
+
+TEMP_SUFFIX = ".dplan-tmp"  # activities.workspace writes through such temp files
+
+
+def since_last_user(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    return list(messages[last + 1 :])
+
+
+# --------------------------------------------------------------------------- waiting
+
+
+async def wait_until(
+    predicate: Callable[[], bool], *, timeout_s: float, what: str, every_s: float = 0.02
+) -> None:
+    """Poll ``predicate``; a TimeoutError names ``what`` was awaited."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:g}s waiting for {what}")
+        await asyncio.sleep(every_s)
+
+
+def completions(provider: FakeProviderProcess) -> int:
+    """Requests the provider answered with a completion (delivered or not)."""
+    return sum(1 for e in provider.log_entries() if e.get("kind") == "completion")
+
+
+async def wait_for_completions(provider: FakeProviderProcess, n: int, timeout_s: float) -> int:
+    await wait_until(
+        lambda: completions(provider) >= n,
+        timeout_s=timeout_s,
+        what=f"{n} completed LLM requests (provider log {provider.log_path})",
+        every_s=0.01,
+    )
+    return completions(provider)
+
+
+async def bounded(awaitable: Awaitable[T], timeout_s: float, what: str) -> T:
+    try:
+        return await asyncio.wait_for(awaitable, timeout=timeout_s)
+    except TimeoutError:
+        raise TimeoutError(f"timed out after {timeout_s:g}s waiting for {what}") from None
+
+
+async def workflow_running(client: Client, workflow_id: str) -> bool:
+    desc = await client.get_workflow_handle(workflow_id).describe()
+    return desc.status is WorkflowExecutionStatus.RUNNING
+
+
+# --------------------------------------------------------------------------- workers
+
+
+class LogWatcher:
+    """Reads a growing log file incrementally and remembers whether a needle appeared."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._tail = b""
+
+    def seen(self, needle: str) -> bool:
+        wanted = needle.encode()
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return False
+        self._offset += len(chunk)
+        window = self._tail + chunk
+        if wanted in window:
+            self._tail = b""
+            return True
+        self._tail = window[-len(wanted) :]
+        return False
+
+
+class ChaosWorker(WorkerProcess):
+    """A real worker process (``worker.main``) that logs each activity as it starts."""
+
+    def start(self) -> ChaosWorker:
+        self._log = self.log_path.open("ab")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.chaos_support", "worker"],
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdout=self._log,
+            stderr=self._log,
+        )
+        self.watcher = LogWatcher(self.log_path)
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    async def ready(self, timeout_s: float = 60.0) -> ChaosWorker:
+        """``wait_ready`` without blocking the event loop (other rounds run on it)."""
+
+        def started() -> bool:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise RuntimeError(f"worker exited early:\n{self.log_path.read_text()[-3000:]}")
+            return b"worker.started" in self.log_path.read_bytes()
+
+        await wait_until(started, timeout_s=timeout_s, what=f"worker ready ({self.log_path})")
+        return self
+
+    async def shutdown(self) -> None:
+        """SIGTERM and wait for a graceful exit (SIGKILL after 40 s), without blocking."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await wait_until(lambda: proc.poll() is not None, timeout_s=40, what="exit")
+            except TimeoutError:
+                proc.kill()
+                proc.wait(timeout=10)
+        self.stop()  # closes the log
+
+    def kill_now(self) -> float:
+        """SIGKILL, wait for the process to be gone; returns when it died (time.time())."""
+        self.kill()
+        return time.time()
+
+    async def wait_for_activity(self, activity_type: str, timeout_s: float) -> None:
+        """Until this worker's SDK started ``activity_type`` (polled every ~2 ms)."""
+        needle = ACTIVITY_STARTED.format(activity_type)
+
+        def started() -> bool:
+            if not self.alive:
+                raise RuntimeError(f"worker died early:\n{self.log_path.read_text()[-3000:]}")
+            return self.watcher.seen(needle)
+
+        await wait_until(
+            started,
+            timeout_s=timeout_s,
+            what=f"activity {activity_type} to start on worker ({self.log_path})",
+            every_s=0.002,
+        )
+
+
+def worker_env(
+    temporal_address: str, tmp: Path, provider: FakeProviderProcess, task_queue: str
+) -> dict[str, str]:
+    return {
+        "TEMPORAL_ADDRESS": temporal_address,
+        "DPLAN_TASK_QUEUE": task_queue,
+        "DPLAN_MODEL": "openai/fake-model",
+        "DPLAN_API_BASE": provider.base_url,
+        "DPLAN_API_KEY": FAKE_KEY,
+        "DPLAN_SESSION_STORE": str(tmp / "sessions.db"),
+        "DPLAN_WORKSPACE": str(tmp / "workspace"),
+        "DPLAN_STATE_DIR": str(tmp / "state"),
+    }
+
+
+def _worker_main() -> None:
+    """The worker entry point with two test-only settings, neither changing behaviour:
+
+    - the SDK's activity logger at DEBUG, so ``Running activity <type>`` is in the log;
+    - litellm imported before the worker polls. Production imports it lazily in the
+      first LLM activity (seconds on a loaded machine); here that cost is paid while the
+      killed worker's tasks are timing out anyway, not after, which keeps the suite short.
+    """
+    logging.getLogger(ACTIVITY_LOGGER).setLevel(logging.DEBUG)
+    from activities.llm import import_litellm
+
+    import_litellm()
+    import worker
+
+    worker.main(["--log-level", "INFO"])
+
+
+# --------------------------------------------------------------------------- plans
+
+
+VERBS = ("Write", "Refactor", "Review", "Test", "Document", "Profile", "Harden", "Port")
+NOUNS = ("parser", "cache", "scheduler", "router", "exporter", "config", "store", "client")
+
+
+@dataclass(frozen=True)
+class RandomPlan:
+    plan: Plan
+    turns: dict[str, int]  # tool-call turns per subtask
+
+    @property
+    def expected_requests(self) -> int:
+        """LLM requests without crashes: the tool-call turns plus the final answer."""
+        return sum(t + 1 for t in self.turns.values())
+
+
+def random_plan(rng: random.Random, *, prefix: str, session_id: str) -> RandomPlan:
+    """10–12 subtasks, each depending on up to 2 of the 5 declared just before it, about
+    a third with two tool turns, each with its own extra provider latency (0–100 ms)."""
+    n = rng.randint(10, 12)
+    rows: list[tuple[str, str, list[str]]] = []
+    turns: dict[str, int] = {}
+    for i in range(n):
+        sid = f"t{i:02d}"
+        recent = [r[0] for r in rows[-5:]]
+        k = min(len(recent), rng.choice((0, 1, 1, 2)))
+        deps = sorted(rng.sample(recent, k))
+        turns[sid] = 2 if rng.random() < 0.35 else 1
+        text = f"{rng.choice(VERBS)} the {rng.choice(NOUNS)} part {i} [slow:{rng.randint(0, 100)}]"
+        if turns[sid] == 2:
+            text += " [turns:2]"
+        rows.append((sid, text, deps))
+    plan = make_plan(rows, session_id=session_id, max_parallel=rng.randint(3, 4), prefix=prefix)
+    return RandomPlan(plan=plan, turns=turns)
+
+
+def turns_of(description: str) -> int:
+    return 2 if "[turns:2]" in description else 1
+
+
+def plan_run_id(plan: Plan, first_execution_run_id: str | None) -> str:
+    """What PlanWorkflow derives its message and snapshot ids from."""
+    assert first_execution_run_id, "the plan's handle has no run id"
+    return f"{plan.id}.{stable_id(first_execution_run_id, length=10)}"
+
+
+# --------------------------------------------------------------------------- the writer
+
+
+def file_content(path: str, size: int = 900_000) -> str:
+    """Deterministic text of ``size`` bytes for ``path`` (under the 1 MiB write limit)."""
+    lines: list[str] = []
+    total, i = 0, 0
+    while total < size:
+        digest = hashlib.sha256(f"{path}:{i}".encode()).hexdigest()
+        line = f"{i:06d} {digest} {digest[:30]}\n"
+        lines.append(line)
+        total += len(line)
+        i += 1
+    return "".join(lines)[:size]
+
+
+def write_target(text: str) -> str | None:
+    """``PATH`` of a ``[write:PATH]`` directive in ``text``."""
+    start = text.find("[write:")
+    if start < 0:
+        return None
+    end = text.find("]", start)
+    return text[start + len("[write:") : end] if end > 0 else None
+
+
+@dataclass
+class WriterScenario:
+    """The fake agent, except that a task with ``[write:PATH]`` writes ``file_content``
+    to PATH with one ``write_file`` call, then answers ``Done: <task>.``."""
+
+    agent: AgentScenario = field(default_factory=AgentScenario)
+
+    def __call__(self, request: ChatRequest) -> Reply:
+        target = write_target(request.last_user_text)
+        if target is None:
+            return self.agent(request)
+        since = since_last_user(request.messages)
+        if not any(m.get("role") == "tool" for m in since):
+            args = json.dumps({"path": target, "content": file_content(target)})
+            return Completion(tool_calls=(ToolCallSpec("write_file", args),))
+        result = next(str(m.get("content")) for m in since if m.get("role") == "tool")
+        return Completion(content=f"Done: {strip_directives(request.last_user_text)}. {result}")
+
+
+def temp_leftovers(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob(f"*{TEMP_SUFFIX}"))
+
+
+# --------------------------------------------------------------------------- call audit
+
+
+@dataclass
+class CallAudit:
+    requests: int
+    delivered: int
+    repeats: int  # deliveries of a body that had been delivered before
+    distinct: int  # distinct bodies delivered: one per LLM call the plan needed
+    violations: list[str]
+    rejected: list[str]  # requests the strict provider refused (invalid tool pairing)
+    not_completions: list[str]
+
+
+def audit_calls(
+    entries: Sequence[Mapping[str, Any]],
+    kill_times: Iterable[float],
+    window_s: float = IN_FLIGHT_WINDOW_S,
+) -> CallAudit:
+    """No completed LLM call is made again: a body delivered twice is excused only when
+    its earlier delivery finished within ``window_s`` of a kill (the answer died with the
+    process before it reached the store)."""
+    kills = sorted(kill_times)
+    last_delivery: dict[str, float] = {}
+    violations: list[str] = []
+    repeats = delivered = 0
+    ordered = sorted(entries, key=lambda e: float(e.get("finished") or e.get("arrived") or 0.0))
+    for e in ordered:
+        if e.get("kind") != "completion" or not e.get("delivered"):
+            continue
+        delivered += 1
+        digest, finished = str(e["body_hash"]), float(e["finished"])
+        before = last_delivery.get(digest)
+        if before is not None:
+            repeats += 1
+            if not any(k - window_s <= before <= k + window_s for k in kills):
+                offsets = ", ".join(f"{before - k:+.2f}s" for k in kills) or "no kill"
+                violations.append(
+                    f"request #{e.get('seq')} repeats a call answered at {before:.3f} "
+                    f"({offsets} from the kills): a completed LLM call was made again"
+                )
+        last_delivery[digest] = finished
+    rejected = [
+        f"#{e.get('seq')}: {e.get('reason')}" for e in entries if e.get("kind") == "rejected"
+    ]
+    others = [
+        f"#{e.get('seq')}: {e.get('kind')} {e.get('status')}"
+        for e in entries
+        if e.get("kind") not in ("completion", "rejected")
+    ]
+    return CallAudit(
+        len(entries), delivered, repeats, len(last_delivery), violations, rejected, others
+    )
+
+
+# --------------------------------------------------------------------------- invariants
+
+
+async def check_plan(
+    client: Client,
+    store_path: Path,
+    plan: Plan,
+    report: PlanReport,
+    first_execution_run_id: str | None,
+    *,
+    base_before: Sequence[Message] = (),
+) -> None:
+    """Everything that must hold after a plan survived chaos; AssertionError otherwise."""
+    n = len(plan.subtasks)
+    assert report.status is PlanStatus.COMPLETED, report.model_dump_json(indent=1)[:3000]
+    assert report.counts.completed == n, report.counts
+    assert report.counts.total == n, report.counts
+    assert [r.id for r in report.subtasks] == [s.id for s in plan.subtasks]
+    run_id = plan_run_id(plan, first_execution_run_id)
+    base_id = default_session_id(plan)
+
+    store = await open_session_store(str(store_path))
+    try:
+        base = await store.read(base_id)
+        # The base session: what it held before, then exactly one merged result per
+        # subtask, in plan order — no duplicate, no loss, whatever order children finished.
+        head, merged = base[: len(base_before)], base[len(base_before) :]
+        assert [m.id for m in head] == [m.id for m in base_before], "base history changed"
+        assert head == list(base_before), "base history changed"
+        assert [m.id for m in merged] == [merged_result_id(run_id, s.id) for s in plan.subtasks], (
+            f"base session holds {[m.id for m in merged]}"
+        )
+        for sub, result, message in zip(plan.subtasks, report.subtasks, merged, strict=True):
+            assert result.status is SubtaskStatus.COMPLETED, result
+            assert result.llm_calls == turns_of(sub.description) + 1, (sub.id, result.llm_calls)
+            assert message.role == "assistant" and message.content == result.result, sub.id
+            assert result.session_id is not None
+            await _check_branch(store, sub.id, sub.description, result.session_id)
+            meta = await store.get_session(result.session_id)
+            assert meta.ended, f"branch of {sub.id} was left open"
+            snap = snapshot_id(base_id, run_id, sub.id)
+            assert not await store.has_snapshot(snap), f"snapshot {snap} was not deleted"
+    finally:
+        await store.close()
+    replayed = await assert_replays(
+        client, [plan.id, *(f"{plan.id}/{s.id}" for s in plan.subtasks)]
+    )
+    assert replayed >= n + 1
+
+
+async def _check_branch(store: Any, sid: str, description: str, branch_id: str) -> None:
+    branch: list[Message] = await store.read(branch_id)
+    ids = [m.id for m in branch]
+    assert len(ids) == len(set(ids)), f"{sid}: duplicated message ids"
+    problems = strict_violations([m.to_openai() for m in branch])
+    assert problems == [], f"{sid}: {problems}"
+    calls = [c.id for m in branch if m.role == "assistant" and m.tool_calls for c in m.tool_calls]
+    answered = Counter(m.tool_call_id for m in branch if m.role == "tool")
+    # Every call answered exactly once, and no answer without its call.
+    assert answered == Counter(calls), f"{sid}: calls {calls} answered {dict(answered)}"
+    turns = turns_of(description)
+    assert len(calls) == turns, f"{sid}: {len(calls)} tool calls, expected {turns}"
+    tasks = [m for m in branch if m.role == "user" and m.content == description]
+    assert len(tasks) == 1, f"{sid}: the task message appears {len(tasks)} times"
+    done = f"Done: {strip_directives(description)}."
+    own = [m for m in branch if m.is_plain_assistant and (m.content or "").startswith(done)]
+    assert len(own) == 1, f"{sid}: {len(own)} final answers"
+    assert branch[-1] == own[0], f"{sid}: the final answer is not the last message"
+
+
+# --------------------------------------------------------------------------- dev server
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class DevServer:
+    """``temporal server start-dev`` on a fixed port and SQLite file, restartable."""
+
+    def __init__(self, db_path: Path, log_path: Path) -> None:
+        self.db_path = db_path
+        self.log_path = log_path
+        self.port = free_port()
+        self.ui_port = free_port()
+        self.starts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> DevServer:
+        binary = Path(sys.executable).parent / "temporal"
+        self._log = self.log_path.open("ab")
+        self._proc = subprocess.Popen(
+            [
+                str(binary),
+                "server",
+                "start-dev",
+                "--headless",
+                "--ip",
+                "127.0.0.1",
+                "--db-filename",
+                str(self.db_path),
+                "--port",
+                str(self.port),
+                "--ui-port",
+                str(self.ui_port),
+                "--log-level",
+                "error",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=self._log,
+            start_new_session=True,
+        )
+        self.starts += 1
+        return self
+
+    async def wait_ready(self, timeout_s: float = 60.0) -> Client:
+        """A connected client once the server reports itself healthy."""
+        deadline = time.monotonic() + timeout_s
+        last: BaseException | None = None
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                raise RuntimeError(
+                    f"temporal dev server exited ({self._proc.returncode}):\n{self.log_tail()}"
+                )
+            try:
+                client = await Client.connect(self.address, data_converter=pydantic_data_converter)
+                if await client.service_client.check_health():
+                    return client
+            except (RuntimeError, RPCError) as err:
+                last = err
+            await asyncio.sleep(0.2)
+        raise TimeoutError(
+            f"dev server on {self.address} not ready after {timeout_s:g}s ({last!r}):\n"
+            f"{self.log_tail()}"
+        )
+
+    def signal(self, sig: signal.Signals) -> float:
+        """Send ``sig`` and wait for the process to exit; returns when it was gone."""
+        assert self._proc is not None
+        self._proc.send_signal(sig)
+        try:
+            self._proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(timeout=10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return time.time()
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self.signal(signal.SIGTERM)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-15:])
+        return "(no log)"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["worker"]:
+        sys.exit("usage: python -m tests.integration.chaos_support worker")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    _worker_main()
