@@ -93,10 +93,10 @@ from starter.embedded import (
 
 # One wording for the notes every client command prints (same package, shared on purpose).
 from starter.run_command import (
-    _catalog,
-    _scripted_model_note,
-    _settings,
-    _unreachable_message,
+    resolve_catalog,
+    resolve_settings,
+    scripted_model_note,
+    unreachable_message,
 )
 
 __all__ = [
@@ -416,7 +416,7 @@ async def open_connection(
     stack.push_async_callback(store.close)
     running = await stack.enter_async_context(run_in_process_worker(client, settings, store))
     if settings.model_is_scripted:
-        _err(_scripted_model_note(settings))
+        _err(scripted_model_note(settings))
     return SessionConnection(client, settings, ui_base, running, embedded_db)
 
 
@@ -919,8 +919,8 @@ async def chat(
 ) -> int:
     """Run an interactive conversation until /quit, /end, end of input or Ctrl-C."""
     ensure_logging(json=False, level="WARNING")
-    resolved = _settings(settings)
-    catalog = _catalog(resolved) if resolved is not None else None
+    resolved = resolve_settings(settings)
+    catalog = resolve_catalog(resolved) if resolved is not None else None
     if resolved is None or catalog is None:
         return EXIT_INVALID
     if session_id is not None and (problem := check_session_id(session_id)):
@@ -935,7 +935,7 @@ async def chat(
             conn = await open_connection(stack, resolved, embedded=embedded)
             return await _converse(conn, catalog, session_id, agent, screen, StdinLines(fd))
     except TemporalUnreachable as err:
-        _err(_unreachable_message(err, suggest_embedded=not embedded))
+        _err(unreachable_message(err, suggest_embedded=not embedded))
     except (PlanClientError, EmbeddedServerError, WorkerDied) as err:
         _err(f"error: {err}")
     except RPCError as err:  # the server refused a call (namespace, permissions, overload)

@@ -48,7 +48,7 @@ from starter.client import (
 )
 from starter.embedded import EmbeddedServerError, WorkerDied
 from starter.progress import follow_progress, report_renderable
-from starter.run_command import _catalog, _settings, _unreachable_message
+from starter.run_command import resolve_catalog, resolve_settings, unreachable_message
 
 __all__ = ["plan_goal_command"]
 
@@ -69,8 +69,8 @@ async def plan_goal_command(
 ) -> int:
     """Plan ``goal`` in a conversation and follow every plan it starts to its report."""
     ensure_logging(json=False, level="WARNING")
-    resolved = _settings(settings)
-    catalog = _catalog(resolved) if resolved is not None else None
+    resolved = resolve_settings(settings)
+    catalog = resolve_catalog(resolved) if resolved is not None else None
     if resolved is None or catalog is None:
         return EXIT_INVALID
     problem = _goal_problem(goal)
@@ -86,7 +86,7 @@ async def plan_goal_command(
                 conn, catalog, goal.strip(), session_id or new_session_id(), json_output
             )
     except TemporalUnreachable as err:
-        _err(_unreachable_message(err, suggest_embedded=not embedded))
+        _err(unreachable_message(err, suggest_embedded=not embedded))
     except (PlanClientError, EmbeddedServerError, WorkerDied) as err:
         _err(f"error: {err}")
     except RPCError as err:  # the server refused a call (namespace, permissions, overload)

@@ -64,7 +64,7 @@ def _err(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _unreachable_message(err: TemporalUnreachable, *, suggest_embedded: bool) -> str:
+def unreachable_message(err: TemporalUnreachable, *, suggest_embedded: bool) -> str:
     if suggest_embedded:
         return (
             f"error: {err}\n"
@@ -77,7 +77,7 @@ def _unreachable_message(err: TemporalUnreachable, *, suggest_embedded: bool) ->
     )
 
 
-def _scripted_model_note(settings: Settings) -> str:
+def scripted_model_note(settings: Settings) -> str:
     return (
         f"note: the worker in this process uses the built-in scripted model "
         f"({settings.model}): offline, canned answers, no LLM is called.\n"
@@ -86,7 +86,7 @@ def _scripted_model_note(settings: Settings) -> str:
     )
 
 
-def _catalog(settings: Settings) -> AgentCatalog | None:
+def resolve_catalog(settings: Settings) -> AgentCatalog | None:
     try:
         return load_catalog(settings.agents_file)
     except AgentsFileError as err:
@@ -106,7 +106,7 @@ def _load(path: str, catalog: AgentCatalog) -> Plan | None:
         return None
 
 
-def _settings(settings: Settings | None) -> Settings | None:
+def resolve_settings(settings: Settings | None) -> Settings | None:
     if settings is not None:
         return settings
     try:
@@ -142,8 +142,8 @@ async def run_plan(
     """Validate PLAN, start it, and (unless ``no_wait``) follow it to its report."""
     # Warnings only, as text: an in-process worker's INFO lines would bury the progress.
     ensure_logging(json=False, level="WARNING")
-    resolved = _settings(settings)
-    catalog = _catalog(resolved) if resolved is not None else None
+    resolved = resolve_settings(settings)
+    catalog = resolve_catalog(resolved) if resolved is not None else None
     plan = _load(path, catalog) if catalog is not None else None
     if plan is None or resolved is None or catalog is None:
         return EXIT_INVALID
@@ -152,7 +152,7 @@ async def run_plan(
             plan, resolved, catalog, embedded=embedded, json_output=json_output, no_wait=no_wait
         )
     except TemporalUnreachable as err:
-        _err(_unreachable_message(err, suggest_embedded=not embedded))
+        _err(unreachable_message(err, suggest_embedded=not embedded))
     except InvalidPlanError as err:
         _err(f"error: {err}")
         return EXIT_INVALID
@@ -229,7 +229,7 @@ async def _connect(
     stack.push_async_callback(store.close)
     running = await stack.enter_async_context(run_in_process_worker(client, settings, store))
     if settings.model_is_scripted:
-        _err(_scripted_model_note(settings))
+        _err(scripted_model_note(settings))
     return _Connection(client, settings, ui_base, running, embedded_db)
 
 
@@ -305,14 +305,14 @@ async def status_command(
 ) -> int:
     """Print a plan's live (or final) report; 0 running/completed, 1 failed/cancelled."""
     ensure_logging(json=False, level="WARNING")
-    resolved = _settings(settings)
+    resolved = resolve_settings(settings)
     if resolved is None:
         return EXIT_INVALID
     try:
         client = await connect(resolved)
         report = await plan_status(client, plan_id)
     except TemporalUnreachable as err:
-        _err(_unreachable_message(err, suggest_embedded=False))
+        _err(unreachable_message(err, suggest_embedded=False))
         return EXIT_FAILED
     except PlanClientError as err:
         _err(f"error: {err}")
