@@ -27,7 +27,6 @@ import json
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,6 +39,14 @@ from domain.agents import (
     MIN_TURNS,
     AgentCatalog,
     AgentSpec,
+)
+from domain.text_formats import (
+    QUOTE_LIMIT,
+    TextFormatError,
+    one_line,
+    parse_json,
+    parse_yaml,
+    quote,
 )
 
 MAX_AGENTS_FILE_BYTES: Final = 1024 * 1024
@@ -59,7 +66,6 @@ _FORMATS: Final[Mapping[str, str]] = {
     ".yml": "YAML",
     ".json": "JSON",
 }
-_QUOTE_LIMIT: Final = 60
 _BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -170,7 +176,7 @@ def _parse_toml(text: str, source: str) -> Any:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        message = _one_line(str(exc))
+        message = one_line(str(exc))
         match = _TOML_POSITION.match(message)
         if match is None:
             raise AgentsFileError([f"{source}: invalid TOML: {message}"]) from None
@@ -183,123 +189,24 @@ def _parse_toml(text: str, source: str) -> Any:
 
 
 def _parse_json(text: str, source: str) -> Any:
-    duplicates: dict[str, None] = {}
-
-    def no_silent_overwrites(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        obj: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in obj:
-                duplicates[key] = None
-            obj[key] = value
-        return obj
-
     try:
-        data = json.loads(text, object_pairs_hook=no_silent_overwrites)
-    except json.JSONDecodeError as exc:
-        raise AgentsFileError(
-            [f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"]
-        ) from None
-    except RecursionError:
-        raise AgentsFileError([f"{source}: invalid JSON: nested too deeply"]) from None
-    except ValueError as exc:  # e.g. an integer literal longer than Python converts
-        raise AgentsFileError([f"{source}: invalid JSON: {_one_line(str(exc))}"]) from None
-    if duplicates:
-        raise AgentsFileError(
-            f"{source}: duplicate key {_quote(key)} in one JSON object (only the last would count)"
-            for key in duplicates
-        )
-    return data
+        return parse_json(text, source)
+    except TextFormatError as err:
+        raise AgentsFileError(err.problems) from None
 
 
 def _parse_yaml(text: str, source: str) -> Any:
-    # Imported here, like plan_loader: workflow code may import domain modules but never
-    # parses files, and PyYAML need not load inside the workflow sandbox.
-    import yaml
-
-    loader: Any = None
     try:
-        loader = _unique_key_loader()(text)  # its Reader already rejects control characters
-        data = loader.get_single_data()
-    except yaml.reader.ReaderError as exc:
-        raise AgentsFileError([f"{source}: invalid YAML{_unprintable(text, exc)}"]) from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        what = _yaml_problem(exc.context, exc.problem)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise AgentsFileError([f"{source}: invalid YAML{where}: {what}"]) from None
-    except yaml.YAMLError as exc:
-        raise AgentsFileError([f"{source}: invalid YAML: {_one_line(str(exc))}"]) from None
-    except RecursionError:
-        raise AgentsFileError([f"{source}: invalid YAML: nested too deeply"]) from None
-    except ValueError as exc:  # e.g. an integer literal longer than Python converts
-        raise AgentsFileError([f"{source}: invalid YAML: {_one_line(str(exc))}"]) from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-    if loader.duplicates:
+        data, duplicates = parse_yaml(text, source)
+    except TextFormatError as err:
+        raise AgentsFileError(err.problems) from None
+    if duplicates:
+        # Two ``coder:`` entries would otherwise quietly drop the first.
         raise AgentsFileError(
-            f"{source}: duplicate key {_quote(key)} at line {line} (only the last would count)"
-            for key, line in loader.duplicates
+            f"{source}: duplicate key {quote(key)} at line {line} (only the last would count)"
+            for key, line in duplicates
         )
     return data
-
-
-def _yaml_problem(context: str | None, problem: str | None) -> str:
-    """PyYAML's message: a "while parsing ..." context is noise, any other completes it."""
-    if context and problem and not context.startswith("while "):
-        return f"{context}, {problem}"  # "expected a single document ..., but found another"
-    return problem or context or "malformed document"
-
-
-def _unprintable(text: str, exc: Any) -> str:
-    """Where PyYAML's Reader found a character YAML forbids (it names no line itself)."""
-    position: int = exc.position
-    line = text.count("\n", 0, position) + 1
-    column = position - (text.rfind("\n", 0, position) + 1) + 1
-    code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "?")
-    return f" at line {line}, column {column}: character U+{code:04X} is not allowed in YAML"
-
-
-@cache
-def _unique_key_loader() -> Any:
-    """A SafeLoader that records repeated mapping keys, which PyYAML silently overwrites.
-
-    Two ``coder:`` entries would otherwise quietly drop the first; the check looks at the
-    keys as written, before merge keys (``<<``) are expanded, so anchors still work.
-    """
-    import yaml
-
-    class UniqueKeyLoader(yaml.SafeLoader):
-        def __init__(self, stream: str) -> None:
-            super().__init__(stream)
-            self.duplicates: list[tuple[str, int]] = []
-
-        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-            seen: set[tuple[str, str]] = set()
-            for key_node, _ in node.value:
-                if not isinstance(key_node, yaml.ScalarNode):
-                    continue
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = (key_node.tag, key_node.value)
-                if key in seen:
-                    self.duplicates.append((key_node.value, key_node.start_mark.line + 1))
-                seen.add(key)
-            return super().construct_mapping(node, deep=deep)
-
-        def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-            # PyYAML's scalar constructors raise KeyError (``!!bool maybe``), IndexError
-            # (``!!int ""``) or AttributeError (``!!timestamp soon``) for a value that does
-            # not fit its explicit tag; make those YAML errors with a position.
-            try:
-                return super().construct_object(node, deep=deep)
-            except (KeyError, IndexError, AttributeError, TypeError):
-                tag = str(node.tag).removeprefix("tag:yaml.org,2002:")
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"{_quote(node.value)} is not a valid !!{tag}", node.start_mark
-                ) from None
-
-    return UniqueKeyLoader
 
 
 # --------------------------------------------------------------------------- building
@@ -343,11 +250,11 @@ def parse_agents_data(
 def _build_agent(name: Any, body: Any, base: AgentCatalog) -> tuple[AgentSpec | None, list[str]]:
     """One entry of the ``agents`` table: its spec, or the problems (prefixed by where)."""
     if not isinstance(name, str):
-        return None, [f"agents: agent name {_quote(name)} must be a string"]
+        return None, [f"agents: agent name {quote(name)} must be a string"]
     where = _where(name)
     problems: list[str] = []
     if not is_valid_agent_name(name):
-        problems.append(f"{where}: invalid agent name {_quote(name)} ({AGENT_NAME_RULE})")
+        problems.append(f"{where}: invalid agent name {quote(name)} ({AGENT_NAME_RULE})")
     if not isinstance(body, Mapping):
         problems.append(
             f"{where}: must be a table of settings ({', '.join(AGENT_FIELDS)}), "
@@ -376,7 +283,7 @@ def _build_agent(name: Any, body: Any, base: AgentCatalog) -> tuple[AgentSpec | 
     try:
         return AgentSpec.model_validate({**fields, **values, "name": name}), []
     except ValidationError as exc:  # a model rule the checks above do not mirror
-        return None, [f"{where}: {_one_line(err['msg'])}" for err in exc.errors()]
+        return None, [f"{where}: {one_line(err['msg'])}" for err in exc.errors()]
 
 
 # Each check returns the value to use and problem suffixes: ": what is wrong" for the
@@ -425,11 +332,11 @@ def _check_tools(value: Any) -> tuple[Any, list[str]]:
             close = difflib.get_close_matches(tool, KNOWN_TOOL_NAMES, n=1, cutoff=0.6)
             hint = f"did you mean {close[0]!r}? " if close else ""
             problems.append(
-                f": unknown tool {_quote(tool)} ({hint}known tools: {', '.join(KNOWN_TOOL_NAMES)})"
+                f": unknown tool {quote(tool)} ({hint}known tools: {', '.join(KNOWN_TOOL_NAMES)})"
             )
         if isinstance(tool, str):
             seen.add(tool)
-    problems.extend(f": lists {_quote(tool)} more than once" for tool in repeated)
+    problems.extend(f": lists {quote(tool)} more than once" for tool in repeated)
     return tuple(value), problems
 
 
@@ -478,42 +385,30 @@ def _where(name: str) -> str:
     """The entry's path as it would be written in TOML: agents.coder, agents."my agent"."""
     if _BARE_KEY.fullmatch(name):
         return f"agents.{name}"
-    quoted = json.dumps(name[:_QUOTE_LIMIT], ensure_ascii=False)
+    quoted = json.dumps(name[:QUOTE_LIMIT], ensure_ascii=False)
     if _lone_surrogate(quoted):  # keep the line printable: write it as "\ud83d"
-        quoted = json.dumps(name[:_QUOTE_LIMIT])
+        quoted = json.dumps(name[:QUOTE_LIMIT])
     return f"agents.{quoted}"
 
 
 def _unknown_key(key: Any, known: Sequence[str]) -> str:
     if not isinstance(key, str):
-        return f"unknown key {_quote(key)} (keys are strings)"
+        return f"unknown key {quote(key)} (keys are strings)"
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     if close:
-        return f"unknown key {_quote(key)} (did you mean {close[0]!r}?)"
-    return f"unknown key {_quote(key)} (the file holds only {', '.join(map(repr, known))})"
+        return f"unknown key {quote(key)} (did you mean {close[0]!r}?)"
+    return f"unknown key {quote(key)} (the file holds only {', '.join(map(repr, known))})"
 
 
 def _unknown_field(key: Any) -> str:
     if not isinstance(key, str):
-        return f"unknown field {_quote(key)} (field names are strings)"
+        return f"unknown field {quote(key)} (field names are strings)"
     if key == "name":
         return "unknown field 'name' (an agent's name is its key, e.g. [agents.reviewer])"
     close = difflib.get_close_matches(key, AGENT_FIELDS, n=1, cutoff=0.6)
     if close:
-        return f"unknown field {_quote(key)} (did you mean {close[0]!r}?)"
-    return f"unknown field {_quote(key)} (known fields: {', '.join(AGENT_FIELDS)})"
-
-
-def _quote(value: object) -> str:
-    """repr, shortened: values come from user files and one line must stay one line."""
-    if isinstance(value, str):
-        return repr(value[:_QUOTE_LIMIT]) + ("…" if len(value) > _QUOTE_LIMIT else "")
-    text = repr(value)
-    return text[:_QUOTE_LIMIT] + "…" if len(text) > _QUOTE_LIMIT else text
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+        return f"unknown field {quote(key)} (did you mean {close[0]!r}?)"
+    return f"unknown field {quote(key)} (known fields: {', '.join(AGENT_FIELDS)})"
 
 
 def _describe(value: Any) -> str:
@@ -523,9 +418,9 @@ def _describe(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
-        return _quote(value)
+        return quote(value)
     if isinstance(value, str):
-        return f"a string ({_quote(value)})"
+        return f"a string ({quote(value)})"
     if isinstance(value, list | tuple):
         return "a list"
     if isinstance(value, Mapping):

@@ -31,6 +31,7 @@ from pydantic_core import ErrorDetails
 from domain.agents_catalog import BUILTIN_AGENTS
 from domain.models import Plan, Subtask
 from domain.scheduling import CYCLE_DISPLAY_LIMIT, find_cycles, format_cycle
+from domain.text_formats import TextFormatError, one_line, parse_json, parse_yaml, quote
 
 MAX_PLAN_BYTES: Final = 4 * 1024 * 1024
 MAX_SUBTASKS: Final = 2000
@@ -50,7 +51,6 @@ ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 ID_RULE: Final = "use 1-128 of A-Z a-z 0-9 _ . - and start with a letter or digit"
 
 _YAML_SUFFIXES: Final = (".yaml", ".yml")
-_QUOTE_LIMIT: Final = 60
 # difflib over thousands of ids for thousands of typos would dominate validation time.
 _SUGGESTION_BUDGET: Final = 50
 
@@ -129,96 +129,18 @@ def parse_plan_text(text: str, *, source: str = "<plan>") -> dict[str, Any]:
 
 
 def _parse_json(text: str, source: str) -> Any:
-    duplicates: dict[str, None] = {}
-
-    def no_silent_overwrites(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        obj: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in obj:
-                duplicates[key] = None
-            obj[key] = value
-        return obj
-
     try:
-        data = json.loads(text, object_pairs_hook=no_silent_overwrites)
-    except json.JSONDecodeError as exc:
-        raise PlanValidationError(
-            [f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"]
-        ) from None
-    except RecursionError:
-        raise PlanValidationError([f"{source}: invalid JSON: nested too deeply"]) from None
-    except ValueError as exc:  # e.g. an integer literal longer than Python converts
-        raise PlanValidationError([f"{source}: invalid JSON: {_one_line(str(exc))}"]) from None
-    if duplicates:
-        raise PlanValidationError(
-            f"{source}: duplicate key {key!r} in one JSON object (only the last would count)"
-            for key in duplicates
-        )
-    return data
+        return parse_json(text, source)
+    except TextFormatError as err:
+        raise PlanValidationError(err.problems) from None
 
 
 def _parse_yaml(text: str, source: str) -> Any:
-    # Imported here: workflow code imports this module but never parses text.
-    import yaml
-
-    loader: Any = None
     try:
-        loader = _safe_loader()(text)  # its Reader already rejects control characters
-        return loader.get_single_data()
-    except yaml.reader.ReaderError as exc:
-        raise PlanValidationError([f"{source}: invalid YAML{_unprintable(text, exc)}"]) from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        what = _yaml_problem(exc.context, exc.problem)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise PlanValidationError([f"{source}: invalid YAML{where}: {what}"]) from None
-    except yaml.YAMLError as exc:
-        raise PlanValidationError([f"{source}: invalid YAML: {_one_line(str(exc))}"]) from None
-    except RecursionError:
-        raise PlanValidationError([f"{source}: invalid YAML: nested too deeply"]) from None
-    except ValueError as exc:  # e.g. an integer literal longer than Python converts
-        raise PlanValidationError([f"{source}: invalid YAML: {_one_line(str(exc))}"]) from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-
-
-def _yaml_problem(context: str | None, problem: str | None) -> str:
-    """PyYAML's message: a "while parsing ..." context is noise, any other completes it."""
-    if context and problem and not context.startswith("while "):
-        return f"{context}, {problem}"  # "expected a single document ..., but found another"
-    return problem or context or "malformed document"
-
-
-def _unprintable(text: str, exc: Any) -> str:
-    """Where PyYAML's Reader found a character YAML forbids (it names no line itself)."""
-    position: int = exc.position
-    line = text.count("\n", 0, position) + 1
-    column = position - (text.rfind("\n", 0, position) + 1) + 1
-    code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "?")
-    return f" at line {line}, column {column}: character U+{code:04X} is not allowed in YAML"
-
-
-@cache
-def _safe_loader() -> Any:
-    """yaml.SafeLoader whose every failure is a YAML error with a position.
-
-    PyYAML's scalar constructors raise KeyError (``!!bool maybe``), IndexError (``!!int ""``)
-    or AttributeError (``!!timestamp soon``) for a value that does not fit its explicit tag.
-    """
-    import yaml
-
-    class SafeLoader(yaml.SafeLoader):
-        def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-            try:
-                return super().construct_object(node, deep=deep)
-            except (KeyError, IndexError, AttributeError, TypeError):
-                tag = str(node.tag).removeprefix("tag:yaml.org,2002:")
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"{_quote(node.value)} is not a valid !!{tag}", node.start_mark
-                ) from None
-
-    return SafeLoader
+        data, _duplicates = parse_yaml(text, source)
+    except TextFormatError as err:
+        raise PlanValidationError(err.problems) from None
+    return data
 
 
 # --------------------------------------------------------------------------- files
@@ -457,11 +379,11 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
 
 def _unknown_field(key: Any, fields: Collection[str]) -> str:
     if not isinstance(key, str):
-        return f"unknown field {_quote(key)} (field names are strings)"
+        return f"unknown field {quote(key)} (field names are strings)"
     close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
     if close:
-        return f"unknown field {_quote(key)} (did you mean {close[0]!r}?)"
-    return f"unknown field {_quote(key)} (known fields: {', '.join(fields)})"
+        return f"unknown field {quote(key)} (did you mean {close[0]!r}?)"
+    return f"unknown field {quote(key)} (known fields: {', '.join(fields)})"
 
 
 _TYPE_PHRASES: Final[Mapping[str, str]] = {
@@ -513,7 +435,7 @@ def _explain_error(
     elif kind == "string_too_long":
         phrase = f"must be at most {ctx['max_length']} characters"
     else:
-        message = _one_line(err["msg"])
+        message = one_line(err["msg"])
         phrase = message[:1].lower() + message[1:]
     return [_prefixed(path, f"{phrase}, got {_describe(value)}")]
 
@@ -531,13 +453,13 @@ def _semantic_problems(
             continue
         where = _where(s.position, s.id)
         if not is_valid_id(s.id):
-            problems.append((s.position, f"{where}: invalid id {_quote(s.id)} ({ID_RULE})"))
+            problems.append((s.position, f"{where}: invalid id {quote(s.id)} ({ID_RULE})"))
         if s.id in first_position:
             first = first_position[s.id]
             problems.append(
                 (
                     s.position,
-                    f"{where}: duplicate id {_quote(s.id)} (first used by subtasks[{first}])",
+                    f"{where}: duplicate id {quote(s.id)} (first used by subtasks[{first}])",
                 )
             )
         else:
@@ -557,7 +479,7 @@ def _semantic_problems(
 def _plan_field_problems(plan: _PlanFacts) -> list[_Problem]:
     out: list[str] = []
     if plan.id is not None and not is_valid_id(plan.id):
-        out.append(f"id: invalid plan id {_quote(plan.id)} ({ID_RULE})")
+        out.append(f"id: invalid plan id {quote(plan.id)} ({ID_RULE})")
     if plan.goal is not None and len(plan.goal) > MAX_GOAL_CHARS:
         out.append(f"goal: too long ({len(plan.goal)} characters, limit {MAX_GOAL_CHARS})")
     elif plan.goal is not None and (why := _lone_surrogate(plan.goal)):
@@ -594,7 +516,7 @@ def _subtask_problems(s: _SubtaskFacts, known_agents: Collection[str]) -> list[s
         known = sorted(known_agents)
         close = difflib.get_close_matches(s.agent, known, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        out.append(f"unknown agent {_quote(s.agent)} ({hint}known agents: {', '.join(known)})")
+        out.append(f"unknown agent {quote(s.agent)} ({hint}known agents: {', '.join(known)})")
     return out
 
 
@@ -631,8 +553,8 @@ def _dependency_problems(
         if dep == s.id:
             out.append(f"depends on itself (cycle: {format_cycle([dep])})")
         elif dep not in known_ids:
-            out.append(f"unknown dependency {_quote(dep)}{suggestions.hint(dep)}")
-    out.extend(f"depends_on lists {_quote(dep)} more than once" for dep in repeated)
+            out.append(f"unknown dependency {quote(dep)}{suggestions.hint(dep)}")
+    out.extend(f"depends_on lists {quote(dep)} more than once" for dep in repeated)
     return out
 
 
@@ -663,20 +585,8 @@ def _cycle_problems(subtasks: Sequence[_SubtaskFacts], *, graph_group: int) -> l
 
 def _where(position: int, subtask_id: Any) -> str:
     if isinstance(subtask_id, str) and subtask_id:
-        return f"subtasks[{position}] (id {_quote(subtask_id)})"
+        return f"subtasks[{position}] (id {quote(subtask_id)})"
     return f"subtasks[{position}]"
-
-
-def _quote(value: object) -> str:
-    """repr, shortened: values come from user files and one line must stay one line."""
-    if isinstance(value, str):
-        return repr(value[:_QUOTE_LIMIT]) + ("…" if len(value) > _QUOTE_LIMIT else "")
-    text = repr(value)
-    return text[:_QUOTE_LIMIT] + "…" if len(text) > _QUOTE_LIMIT else text
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _describe(value: Any) -> str:
@@ -686,9 +596,9 @@ def _describe(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
-        return _quote(value)
+        return quote(value)
     if isinstance(value, str):
-        return f"a string ({_quote(value)})"
+        return f"a string ({quote(value)})"
     if isinstance(value, list | tuple):
         return "a list"
     if isinstance(value, Mapping):

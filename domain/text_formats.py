@@ -1,0 +1,159 @@
+"""Reading JSON and YAML written by people and models, with problems a person can act on.
+
+Plan files and agents files share this: a syntax error is one line with its position, a
+key given twice is named rather than silently overwritten, and none of the parsers'
+stranger failures (a bad value for an explicit YAML tag, a control character, an integer
+too long to convert, absurd nesting) escapes as anything but a ``TextFormatError``.
+Each loader turns that into its own error type. Pure: no I/O; PyYAML is imported only
+when YAML is actually parsed (workflow code imports the loaders but never parses text).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from functools import cache
+from typing import Any, Final
+
+QUOTE_LIMIT: Final = 60
+
+
+class TextFormatError(ValueError):
+    """The text could not be read; ``problems`` holds one line each."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def quote(value: object) -> str:
+    """repr, shortened: values come from user files and one line must stay one line."""
+    if isinstance(value, str):
+        return repr(value[:QUOTE_LIMIT]) + ("…" if len(value) > QUOTE_LIMIT else "")
+    text = repr(value)
+    return text[:QUOTE_LIMIT] + "…" if len(text) > QUOTE_LIMIT else text
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def parse_json(text: str, source: str) -> Any:
+    """JSON, refusing duplicate keys (``json`` would keep only the last, silently)."""
+    duplicates: dict[str, None] = {}
+
+    def no_silent_overwrites(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in obj:
+                duplicates[key] = None
+            obj[key] = value
+        return obj
+
+    try:
+        data = json.loads(text, object_pairs_hook=no_silent_overwrites)
+    except json.JSONDecodeError as exc:
+        raise TextFormatError(
+            [f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"]
+        ) from None
+    except RecursionError:
+        raise TextFormatError([f"{source}: invalid JSON: nested too deeply"]) from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python converts
+        raise TextFormatError([f"{source}: invalid JSON: {one_line(str(exc))}"]) from None
+    if duplicates:
+        raise TextFormatError(
+            [
+                f"{source}: duplicate key {quote(key)} in one JSON object "
+                "(only the last would count)"
+                for key in duplicates
+            ]
+        )
+    return data
+
+
+def parse_yaml(text: str, source: str) -> tuple[Any, list[tuple[str, int]]]:
+    """One YAML document, and the mapping keys given twice in it (key, line).
+
+    Duplicates are returned, not refused: whether they are an error is the caller's call.
+    """
+    import yaml
+
+    loader: Any = None
+    try:
+        loader = _loader()(text)  # its Reader already rejects control characters
+        data = loader.get_single_data()
+    except yaml.reader.ReaderError as exc:
+        raise TextFormatError([f"{source}: invalid YAML{_unprintable(text, exc)}"]) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        what = _yaml_problem(exc.context, exc.problem)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise TextFormatError([f"{source}: invalid YAML{where}: {what}"]) from None
+    except yaml.YAMLError as exc:
+        raise TextFormatError([f"{source}: invalid YAML: {one_line(str(exc))}"]) from None
+    except RecursionError:
+        raise TextFormatError([f"{source}: invalid YAML: nested too deeply"]) from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python converts
+        raise TextFormatError([f"{source}: invalid YAML: {one_line(str(exc))}"]) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return data, list(loader.duplicates)
+
+
+def _yaml_problem(context: str | None, problem: str | None) -> str:
+    """PyYAML's message: a "while parsing ..." context is noise, any other completes it."""
+    if context and problem and not context.startswith("while "):
+        return f"{context}, {problem}"  # "expected a single document ..., but found another"
+    return problem or context or "malformed document"
+
+
+def _unprintable(text: str, exc: Any) -> str:
+    """Where PyYAML's Reader found a character YAML forbids (it names no line itself)."""
+    position: int = exc.position
+    line = text.count("\n", 0, position) + 1
+    column = position - (text.rfind("\n", 0, position) + 1) + 1
+    code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "?")
+    return f" at line {line}, column {column}: character U+{code:04X} is not allowed in YAML"
+
+
+@cache
+def _loader() -> Any:
+    """A SafeLoader that records repeated mapping keys and whose every failure is a YAML
+    error with a position.
+
+    The duplicate check looks at the keys as written, before merge keys (``<<``) are
+    expanded, so anchors still work. PyYAML's scalar constructors raise KeyError
+    (``!!bool maybe``), IndexError (``!!int ""``) or AttributeError (``!!timestamp soon``)
+    for a value that does not fit its explicit tag; those become constructor errors.
+    """
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def __init__(self, stream: str) -> None:
+            super().__init__(stream)
+            self.duplicates: list[tuple[str, int]] = []
+
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen: set[tuple[str, str]] = set()
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    self.duplicates.append((key_node.value, key_node.start_mark.line + 1))
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+        def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+            try:
+                return super().construct_object(node, deep=deep)
+            except (KeyError, IndexError, AttributeError, TypeError):
+                tag = str(node.tag).removeprefix("tag:yaml.org,2002:")
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{quote(node.value)} is not a valid !!{tag}", node.start_mark
+                ) from None
+
+    return Loader
