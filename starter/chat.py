@@ -28,7 +28,6 @@ import uuid
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from pydantic import ValidationError
@@ -73,29 +72,23 @@ from domain.session_contracts import (
     SwitchAgentInput,
     session_workflow_id,
 )
-from session_store.factory import open_session_store
 from settings import Settings
 from starter.client import (
     PlanClientError,
     TemporalUnreachable,
-    connect,
     query_status,
-    ui_base_for,
-    worker_count,
 )
 from starter.embedded import (
     EmbeddedServerError,
-    EmbeddedTemporal,
-    RunningWorker,
     WorkerDied,
-    run_in_process_worker,
 )
 
 # One wording for the notes every client command prints (same package, shared on purpose).
 from starter.run_command import (
+    Connection,
+    open_connection,
     resolve_catalog,
     resolve_settings,
-    scripted_model_note,
     unreachable_message,
 )
 
@@ -115,7 +108,6 @@ __all__ = [
     "Quit",
     "SendText",
     "SessionCommandError",
-    "SessionConnection",
     "SessionEnded",
     "ShowEvents",
     "ShowHelp",
@@ -130,7 +122,6 @@ __all__ = [
     "event_line",
     "history_line",
     "new_session_id",
-    "open_connection",
     "parse_command",
     "session_update",
     "switch_lines",
@@ -365,61 +356,6 @@ class SessionCommandError(Exception):
         self.message = message
 
 
-@dataclass
-class SessionConnection:
-    client: Client
-    settings: Settings  # with the address actually in use
-    ui_base: str | None
-    worker: RunningWorker | None  # set when this process hosts the worker
-    embedded_db: Path | None = None  # set when this process started the dev server
-
-    def watch(self, awaitable: Awaitable[T]) -> Awaitable[T]:
-        """``awaitable``, failing with ``WorkerDied`` if this process's worker stops first
-        (waiting on a workflow whose only worker is dead would never end)."""
-        return self.worker.watch(awaitable) if self.worker is not None else awaitable
-
-
-async def open_connection(
-    stack: contextlib.AsyncExitStack, settings: Settings, *, embedded: bool
-) -> SessionConnection:
-    """Connect, hosting the server and/or a worker in this process when ``embedded``.
-
-    As with ``dplan run``, a worker already polling the queue is used, not joined: it has
-    the operator's model and keys, which this shell may not have.
-    """
-    ui_base: str | None = ui_base_for(settings)
-    embedded_db: Path | None = None
-    if embedded:
-        server = await stack.enter_async_context(EmbeddedTemporal(settings))
-        settings = settings.with_overrides(temporal_address=server.address)
-        ui_base = server.ui_url
-        if server.started:
-            embedded_db = server.db_path
-            _err(
-                f"started a Temporal dev server at {server.address} "
-                f"(Web UI {server.ui_url}, state in {server.db_path})"
-            )
-    client = await connect(settings)
-    workers = await worker_count(client, settings.task_queue)
-    if workers:
-        if embedded:
-            _err(f"using the {workers} worker(s) already polling '{settings.task_queue}'")
-        return SessionConnection(client, settings, ui_base, None, embedded_db)
-    if not embedded:
-        _err(
-            f"warning: no worker is polling task queue '{settings.task_queue}' at "
-            f"{settings.temporal_address}; answers wait until one starts (dplan-worker), "
-            "or use --embedded."
-        )
-        return SessionConnection(client, settings, ui_base, None)
-    store = await open_session_store(settings.session_store)
-    stack.push_async_callback(store.close)
-    running = await stack.enter_async_context(run_in_process_worker(client, settings, store))
-    if settings.model_is_scripted:
-        _err(scripted_model_note(settings))
-    return SessionConnection(client, settings, ui_base, running, embedded_db)
-
-
 async def _is_running(client: Client, workflow_id: str) -> bool:
     try:
         description = await client.get_workflow_handle(workflow_id).describe()
@@ -431,7 +367,7 @@ async def _is_running(client: Client, workflow_id: str) -> bool:
 
 
 async def attach_session(
-    conn: SessionConnection,
+    conn: Connection,
     catalog: AgentCatalog,
     session_id: str,
     *,
@@ -468,7 +404,7 @@ async def attach_session(
 
 
 async def session_update(
-    conn: SessionConnection,
+    conn: Connection,
     handle: WorkflowHandle[Any, Any],
     name: str,
     arg: Any,
@@ -678,7 +614,7 @@ class _Screen:
 class _Chat:
     def __init__(
         self,
-        conn: SessionConnection,
+        conn: Connection,
         handle: WorkflowHandle[Any, Any],
         session_id: str,
         screen: _Screen,
@@ -932,7 +868,12 @@ async def chat(
     screen = _Screen(console)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            conn = await open_connection(stack, resolved, embedded=embedded)
+            conn = await open_connection(
+                stack,
+                resolved,
+                embedded=embedded,
+                waiting="answers wait (or use --embedded)",
+            )
             return await _converse(conn, catalog, session_id, agent, screen, StdinLines(fd))
     except TemporalUnreachable as err:
         _err(unreachable_message(err, suggest_embedded=not embedded))
@@ -944,7 +885,7 @@ async def chat(
 
 
 async def _converse(
-    conn: SessionConnection,
+    conn: Connection,
     catalog: AgentCatalog,
     session_id: str | None,
     agent: str | None,

@@ -32,11 +32,9 @@ from starter.chat import (
     EXIT_INVALID,
     EXIT_OK,
     SessionCommandError,
-    SessionConnection,
     attach_session,
     check_session_id,
     new_session_id,
-    open_connection,
     session_update,
 )
 from starter.client import (
@@ -48,7 +46,13 @@ from starter.client import (
 )
 from starter.embedded import EmbeddedServerError, WorkerDied
 from starter.progress import follow_progress, report_renderable
-from starter.run_command import resolve_catalog, resolve_settings, unreachable_message
+from starter.run_command import (
+    Connection,
+    open_connection,
+    resolve_catalog,
+    resolve_settings,
+    unreachable_message,
+)
 
 __all__ = ["plan_goal_command"]
 
@@ -107,7 +111,7 @@ def _goal_problem(goal: str) -> str | None:
 
 
 async def _plan_and_follow(
-    conn: SessionConnection,
+    conn: Connection,
     catalog: AgentCatalog,
     goal: str,
     session_id: str,
@@ -146,7 +150,7 @@ async def _plan_and_follow(
     return EXIT_OK if completed else EXIT_FAILED
 
 
-async def _follow(conn: SessionConnection, plan_id: str, *, json_output: bool) -> PlanReport:
+async def _follow(conn: Connection, plan_id: str, *, json_output: bool) -> PlanReport:
     """Show ``plan_id``'s progress until it ends; return (and, unless JSON, print) its
     report, whose status is the plan's real outcome as Temporal recorded it."""
     handle = conn.client.get_workflow_handle(plan_id, result_type=PlanReport)

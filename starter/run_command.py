@@ -13,9 +13,10 @@ import asyncio
 import contextlib
 import json
 import sys
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from temporalio.client import Client
@@ -50,6 +51,8 @@ from starter.embedded import (
     run_in_process_worker,
 )
 from starter.progress import follow_progress, report_renderable
+
+T = TypeVar("T")
 
 __all__ = ["EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "run_plan", "status_command"]
 
@@ -168,12 +171,19 @@ async def run_plan(
 
 
 @dataclass
-class _Connection:
+class Connection:
+    """A client, plus the server and worker this process hosts when ``--embedded`` asks."""
+
     client: Client
     settings: Settings  # with the address actually in use
     ui_base: str | None
     worker: RunningWorker | None  # set when this process hosts the worker
     embedded_db: Path | None = None  # set when this process started the dev server
+
+    def watch(self, awaitable: Awaitable[T]) -> Awaitable[T]:
+        """``awaitable``, failing with ``WorkerDied`` if this process's worker stops first
+        (waiting on a workflow whose only worker is dead would never end)."""
+        return self.worker.watch(awaitable) if self.worker is not None else awaitable
 
 
 class _CannotNoWait(Exception):
@@ -187,9 +197,14 @@ _NO_WAIT_EMBEDDED = (
 )
 
 
-async def _connect(
-    stack: contextlib.AsyncExitStack, settings: Settings, *, embedded: bool, no_wait: bool
-) -> _Connection:
+async def open_connection(
+    stack: contextlib.AsyncExitStack,
+    settings: Settings,
+    *,
+    embedded: bool,
+    no_wait: bool = False,
+    waiting: str = "the plan waits",
+) -> Connection:
     """Connect, hosting the server and/or worker in this process when embedded needs it.
 
     A worker already polling the task queue is used rather than joined: an in-process
@@ -216,13 +231,13 @@ async def _connect(
     if workers:
         if embedded:
             _err(f"using the {workers} worker(s) already polling '{settings.task_queue}'")
-        return _Connection(client, settings, ui_base, None, embedded_db)
+        return Connection(client, settings, ui_base, None, embedded_db)
     if not embedded:
         _err(
             f"warning: no worker is polling task queue '{settings.task_queue}' at "
-            f"{settings.temporal_address}; the plan waits until one starts (dplan-worker)."
+            f"{settings.temporal_address}; {waiting} until one starts (dplan-worker)."
         )
-        return _Connection(client, settings, ui_base, None)
+        return Connection(client, settings, ui_base, None)
     if no_wait:
         raise _CannotNoWait(_NO_WAIT_EMBEDDED.format(what="the worker"))
     store = await open_session_store(settings.session_store)
@@ -230,7 +245,7 @@ async def _connect(
     running = await stack.enter_async_context(run_in_process_worker(client, settings, store))
     if settings.model_is_scripted:
         _err(scripted_model_note(settings))
-    return _Connection(client, settings, ui_base, running, embedded_db)
+    return Connection(client, settings, ui_base, running, embedded_db)
 
 
 async def _run(
@@ -244,7 +259,7 @@ async def _run(
 ) -> int:
     async with contextlib.AsyncExitStack() as stack:
         try:
-            conn = await _connect(stack, settings, embedded=embedded, no_wait=no_wait)
+            conn = await open_connection(stack, settings, embedded=embedded, no_wait=no_wait)
         except _CannotNoWait as err:
             _err(str(err))
             return EXIT_INVALID
