@@ -21,6 +21,7 @@ from activities.budget import charge, ensure_within_budget
 from activities.heartbeat import heartbeating
 from activities.llm_errors import LlmErrorClass, classify_llm_error, to_application_error
 from activities.orchestration_tools import tool_specs
+from activities.sessions import begin_branch, close_branch
 from activities.tool_registry import openai_tool_schemas
 from domain.contracts import ACT_CALL_LLM, LlmCallInput, LlmCallOutput, ToolCallRef
 from domain.ids import message_id
@@ -156,6 +157,8 @@ class LlmActivities:
 
     @activity.defn(name=ACT_CALL_LLM)
     async def call_llm(self, inp: LlmCallInput) -> LlmCallOutput:
+        if inp.begin is not None:
+            await begin_branch(self._store, inp.begin)  # idempotent: safe on every attempt
         msg_id = message_id(inp.scope, inp.turn)
         history = await self._store.read(inp.session_id)
         model = inp.model or self._settings.model
@@ -163,7 +166,9 @@ class LlmActivities:
             if existing.id == msg_id:
                 # Answered before a crash: charge (idempotently) and return, never re-ask.
                 await charge(self._store, inp.root_session_id, msg_id, existing.usage or Usage())
-                return output_of(existing, model=model, replayed=True)
+                return await self._closed_if_final(
+                    inp, output_of(existing, model=model, replayed=True)
+                )
 
         await ensure_within_budget(self._store, inp.root_session_id, inp.budget)
         litellm = import_litellm()
@@ -187,7 +192,18 @@ class LlmActivities:
             # one the tools and the next turn read, so it is the one to report.
             stored = next(m for m in await self._store.read(inp.session_id) if m.id == msg_id)
             await charge(self._store, inp.root_session_id, msg_id, stored.usage or Usage())
-            return output_of(stored, model=model, replayed=True)
+            return await self._closed_if_final(inp, output_of(stored, model=model, replayed=True))
         await charge(self._store, inp.root_session_id, msg_id, usage)
         out = output_of(message, model=model, replayed=False)
-        return out.model_copy(update={"finish_reason": finish_reason})
+        return await self._closed_if_final(
+            inp, out.model_copy(update={"finish_reason": finish_reason})
+        )
+
+    async def _closed_if_final(self, inp: LlmCallInput, out: LlmCallOutput) -> LlmCallOutput:
+        """Close the subtask's branch when asked and this answer ends the subtask (text,
+        no tool call): the workflow then completes without a local activity of its own."""
+        final = not out.tool_calls and bool(out.content and out.content.strip())
+        if inp.close_on_answer is None or not final:
+            return out
+        await close_branch(self._store, inp.close_on_answer)
+        return out.model_copy(update={"branch_closed": True})

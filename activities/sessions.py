@@ -34,91 +34,97 @@ def merged_result_id(plan_run_id: str, subtask_id: str) -> str:
     return message_id(f"{plan_run_id}/merge", subtask_id)
 
 
+async def branch_result(store: SessionStore, branch_session_id: str) -> str | None:
+    try:
+        found = last_result(await store.read(branch_session_id))
+    except SessionNotFound:
+        return None
+    return found.content if found is not None else None
+
+
+async def begin_branch(store: SessionStore, inp: BeginSubtaskInput) -> BeginSubtaskOutput:
+    """Snapshot the base and build the subtask's branch from it; a second call (a retry,
+    or the first LLM call's attempt after a crash) finds the branch and keeps it."""
+    base = await store.create_session(SessionMeta(session_id=inp.base_session_id))
+    snapshot_count = await store.snapshot(inp.base_session_id, inp.snapshot_id)
+    branch_meta = SessionMeta(
+        session_id=inp.branch_session_id,
+        agent=inp.subtask.agent,
+        parent_session_id=base.parent_session_id,
+        root_session_id=inp.root_session_id or base.root,
+        depth=inp.depth,
+        budget=base.budget,
+    )
+    await store.create_session(branch_meta)
+    existing = await store.count(inp.branch_session_id)
+    if existing > 0:
+        # A retry after the branch was already written: keep the first build.
+        return BeginSubtaskOutput(
+            branch_session_id=inp.branch_session_id,
+            message_count=existing,
+            snapshot_message_count=snapshot_count,
+        )
+
+    deps: list[DependencyResult] = []
+    for (dep_id, dep_branch), description in zip(
+        inp.dependency_branches, inp.dependency_descriptions, strict=True
+    ):
+        result = await branch_result(store, dep_branch)
+        deps.append(
+            DependencyResult(
+                subtask_id=dep_id,
+                description=description,
+                result=result if result is not None else "(no result recorded)",
+            )
+        )
+
+    # The view is built from the snapshot, so every attempt sees the same base.
+    base_view = await store.read_snapshot(inp.snapshot_id)
+    scope = f"{inp.plan_run_id}/{inp.subtask.id}"
+    isolated = isolate_for_subtask(base_view, deps, context_id=message_id(scope, "deps"))
+    messages = [
+        Message(id=message_id(scope, "system"), role="system", content=inp.system_prompt),
+        *isolated,
+        Message(
+            id=message_id(scope, "task"),
+            role="user",
+            content=scrub_secrets(inp.subtask.description),
+        ),
+    ]
+    await store.append(inp.branch_session_id, messages)
+    return BeginSubtaskOutput(
+        branch_session_id=inp.branch_session_id,
+        message_count=await store.count(inp.branch_session_id),
+        snapshot_message_count=snapshot_count,
+    )
+
+
+async def close_branch(store: SessionStore, inp: EndSubtaskInput) -> None:
+    """Mark the branch ended and drop its snapshot; the base needs no restore because no
+    subtask writes to it. Idempotent, and a branch never built is no error."""
+    try:
+        meta = await store.get_session(inp.branch_session_id)
+        if not meta.ended:
+            await store.update_session(meta.model_copy(update={"ended": True}))
+    except SessionNotFound:
+        pass
+    await store.delete_snapshot(inp.snapshot_id)
+
+
 class SessionActivities:
     def __init__(self, store: SessionStore) -> None:
         self._store = store
 
-    async def _branch_result(self, branch_session_id: str) -> str | None:
-        try:
-            found = last_result(await self._store.read(branch_session_id))
-        except SessionNotFound:
-            return None
-        return found.content if found is not None else None
-
     @activity.defn(name=ACT_BEGIN_SUBTASK)
     async def begin_subtask(self, inp: BeginSubtaskInput) -> BeginSubtaskOutput:
+        """Kept for runs started before the first LLM call took this step over."""
         async with heartbeating():
-            return await self._begin_subtask(inp)
-
-    async def _begin_subtask(self, inp: BeginSubtaskInput) -> BeginSubtaskOutput:
-        store = self._store
-        base = await store.create_session(SessionMeta(session_id=inp.base_session_id))
-        snapshot_count = await store.snapshot(inp.base_session_id, inp.snapshot_id)
-        branch_meta = SessionMeta(
-            session_id=inp.branch_session_id,
-            agent=inp.subtask.agent,
-            parent_session_id=base.parent_session_id,
-            root_session_id=inp.root_session_id or base.root,
-            depth=inp.depth,
-            budget=base.budget,
-        )
-        await store.create_session(branch_meta)
-        if await store.count(inp.branch_session_id) > 0:
-            # A retry after the branch was already written: keep the first build.
-            return BeginSubtaskOutput(
-                branch_session_id=inp.branch_session_id,
-                message_count=await store.count(inp.branch_session_id),
-                snapshot_message_count=snapshot_count,
-            )
-
-        deps: list[DependencyResult] = []
-        for (dep_id, dep_branch), description in zip(
-            inp.dependency_branches, inp.dependency_descriptions, strict=True
-        ):
-            result = await self._branch_result(dep_branch)
-            deps.append(
-                DependencyResult(
-                    subtask_id=dep_id,
-                    description=description,
-                    result=result if result is not None else "(no result recorded)",
-                )
-            )
-
-        # The view is built from the snapshot, so every attempt sees the same base.
-        base_view = await store.read_snapshot(inp.snapshot_id)
-        scope = f"{inp.plan_run_id}/{inp.subtask.id}"
-        isolated = isolate_for_subtask(base_view, deps, context_id=message_id(scope, "deps"))
-        messages = [
-            Message(id=message_id(scope, "system"), role="system", content=inp.system_prompt),
-            *isolated,
-            Message(
-                id=message_id(scope, "task"),
-                role="user",
-                content=scrub_secrets(inp.subtask.description),
-            ),
-        ]
-        await store.append(inp.branch_session_id, messages)
-        return BeginSubtaskOutput(
-            branch_session_id=inp.branch_session_id,
-            message_count=await store.count(inp.branch_session_id),
-            snapshot_message_count=snapshot_count,
-        )
+            return await begin_branch(self._store, inp)
 
     @activity.defn(name=ACT_END_SUBTASK)
     async def end_subtask(self, inp: EndSubtaskInput) -> None:
-        """Close the branch; the base needs no restore because no subtask writes to it."""
         async with heartbeating():
-            await self._end_subtask(inp)
-
-    async def _end_subtask(self, inp: EndSubtaskInput) -> None:
-        store = self._store
-        try:
-            meta = await store.get_session(inp.branch_session_id)
-            if not meta.ended:
-                await store.update_session(meta.model_copy(update={"ended": True}))
-        except SessionNotFound:
-            pass
-        await store.delete_snapshot(inp.snapshot_id)
+            await close_branch(self._store, inp)
 
     @activity.defn(name=ACT_MERGE_RESULTS)
     async def merge_results(self, inp: MergeResultsInput) -> int:
@@ -129,7 +135,7 @@ class SessionActivities:
     async def _merge_results(self, inp: MergeResultsInput) -> int:
         messages: list[Message] = []
         for subtask_id, branch in inp.entries:
-            result = await self._branch_result(branch)
+            result = await branch_result(self._store, branch)
             if result is None:
                 continue
             messages.append(

@@ -79,6 +79,11 @@ class LlmCallInput(_Payload):
     system_prompt: str | None = None
     budget: Budget | None = None
     root_session_id: str = ""  # whose budget pays: the root of the session tree
+    # A subtask's first call builds its branch first, and a call that ends the subtask
+    # with its answer closes the branch after: each saves the subtask a local activity,
+    # which on a busy worker costs as much as the rest of its workflow task.
+    begin: BeginSubtaskInput | None = None
+    close_on_answer: EndSubtaskInput | None = None
 
 
 class ToolCallRef(_Payload):
@@ -94,6 +99,7 @@ class LlmCallOutput(_Payload):
     model: str = ""
     finish_reason: str | None = None
     replayed: bool = False  # True when the answer was already in the store (retry after crash)
+    branch_closed: bool = False  # ``close_on_answer`` was carried out
 
 
 class ToolCallInput(_Payload):

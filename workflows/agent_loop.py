@@ -5,9 +5,10 @@ calling a tool. Every step is an activity whose writes carry ids derived from ``
 and the turn, so a replayed or retried step never writes twice. The loop only knows ids:
 the conversation itself is read and written by the activities.
 
-Tools are dispatched by name: workspace tools run as ``run_tool``, delegation as its own
-LLM activity, ``spawn_subagent`` as a nested SubtaskWorkflow, and a workflow may add its
-own (SessionWorkflow's ``switch_agent`` and ``create_plan``) through ``custom_tools``.
+Tools are dispatched by name: workspace tools run as the local activity ``run_tool``,
+delegation as its own LLM activity, ``spawn_subagent`` as a nested SubtaskWorkflow, and a
+workflow may add its own (SessionWorkflow's ``switch_agent`` and ``create_plan``) through
+``custom_tools``.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ with workflow.unsafe.imports_passed_through():
         ACT_PREPARE_SPAWN,
         ACT_RUN_TOOL,
         AppendNotesInput,
+        BeginSubtaskInput,
         DelegateInput,
         DelegateOutput,
+        EndSubtaskInput,
         FinishSpawnInput,
         LlmCallInput,
         LlmCallOutput,
@@ -44,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from domain.models import Budget, Subtask, Usage
 
-from workflows import policies
+from workflows import policies, versions
 from workflows.store_ops import store_op
 
 # A workflow's own tool: (assistant message id, turn, call index, call) → a note for the
@@ -76,6 +79,10 @@ class AgentLoop:
     custom_tools: Mapping[str, CustomTool] = field(default_factory=dict)
     # Sent with every request but not stored (conversations); subtasks store theirs.
     system_prompt: str | None = None
+    # A subtask's branch: built by the first LLM call, closed by the one that answers.
+    begin: BeginSubtaskInput | None = None
+    close_on_answer: EndSubtaskInput | None = None
+    branch_closed: bool = False
     turn: int = 0
     llm_calls: int = 0
     usage: Usage = field(default_factory=Usage)
@@ -104,6 +111,8 @@ class AgentLoop:
                     system_prompt=self.system_prompt,
                     budget=self.budget,
                     root_session_id=self.root_session_id,
+                    begin=self.begin,
+                    close_on_answer=self.close_on_answer,
                 ),
                 result_type=LlmCallOutput,
                 start_to_close_timeout=policies.LLM_START_TO_CLOSE,
@@ -111,6 +120,8 @@ class AgentLoop:
                 retry_policy=policies.LLM_RETRY,
             )
             self.usage = self.usage + out.usage
+            self.begin = None  # built: the next calls only read it
+            self.branch_closed = self.branch_closed or out.branch_closed
             if not out.tool_calls:
                 if out.content and out.content.strip():
                     self.turn += 1
@@ -162,21 +173,36 @@ class AgentLoop:
             return None
         if ref.name == SPAWN_TOOL and SPAWN_TOOL in tools:
             return await self._spawn(message_id, index, ref)
-        await workflow.execute_activity(
-            ACT_RUN_TOOL,
-            ToolCallInput(
-                session_id=self.session_id,
-                message_id=message_id,
-                call_index=index,
-                scope=self.scope,
-                turn=self.turn,
-                allowed_tools=tools,
-            ),
-            result_type=ToolCallOutput,
-            start_to_close_timeout=policies.TOOL_START_TO_CLOSE,
-            heartbeat_timeout=policies.SHORT_HEARTBEAT,
-            retry_policy=policies.TOOL_RETRY,
+        inp = ToolCallInput(
+            session_id=self.session_id,
+            message_id=message_id,
+            call_index=index,
+            scope=self.scope,
+            turn=self.turn,
+            allowed_tools=tools,
         )
+        if workflow.patched(versions.FEWER_ROUND_TRIPS):
+            # A local activity: workspace tools take milliseconds and are idempotent
+            # (atomic writes, reads), so they run inside the workflow task that received
+            # the model's answer instead of costing a server round trip and a workflow
+            # task of their own. Temporal Web still shows each call, as a local-activity
+            # marker with its input and result.
+            await workflow.execute_local_activity(
+                ACT_RUN_TOOL,
+                inp,
+                result_type=ToolCallOutput,
+                start_to_close_timeout=policies.TOOL_START_TO_CLOSE,
+                retry_policy=policies.TOOL_RETRY,
+            )
+        else:  # a run started before the change replays the regular activity it ran
+            await workflow.execute_activity(
+                ACT_RUN_TOOL,
+                inp,
+                result_type=ToolCallOutput,
+                start_to_close_timeout=policies.TOOL_START_TO_CLOSE,
+                heartbeat_timeout=policies.SHORT_HEARTBEAT,
+                retry_policy=policies.TOOL_RETRY,
+            )
         return None
 
     async def _spawn(self, message_id: str, index: int, ref: ToolCallRef) -> str | None:

@@ -36,8 +36,11 @@ LLM_RETRY = RetryPolicy(
     non_retryable_error_types=NON_RETRYABLE_LLM_ERRORS,
 )
 
+# Workspace tools run as local activities: no heartbeat, the SDK keeps the workflow task
+# alive while one runs; a dead worker's tool call runs again on the next worker.
 TOOL_START_TO_CLOSE = timedelta(minutes=2)
-# Activities heartbeat every second; a silent one is retried elsewhere after this.
+# Runs recorded before that ran tools as regular activities, heartbeating every second;
+# a silent one was retried elsewhere after this. Kept so those histories still replay.
 SHORT_HEARTBEAT = timedelta(seconds=5)
 TOOL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),

@@ -4,8 +4,9 @@ They are short, touch only the session store and are idempotent (deterministic i
 they run inside the workflow task that asks for them instead of taking a round trip
 through the server's task queue each: a subtask needs half the workflow tasks it would
 otherwise, which is most of the orchestration overhead per dependency hop. A worker that
-dies during one simply runs it again on the next attempt. LLM calls and tools stay
-regular activities: they are slow, must heartbeat, and are what Temporal Web should show.
+dies during one simply runs it again on the next attempt. Workspace tools run the same way
+(``workflows.agent_loop``); LLM calls and delegations stay regular activities: they are
+slow, must heartbeat, and are what Temporal Web should show as they run.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from domain.ids import snapshot_id
 
+from workflows import versions
 from workflows.agent_loop import AgentLoop, LoopFailed
 from workflows.store_ops import store_op
 
@@ -73,23 +74,35 @@ class SubtaskWorkflow:
         )
         self._loop = loop
 
-        loop.phase = "isolating"
-        await store_op(
-            ACT_BEGIN_SUBTASK,
-            BeginSubtaskInput(
-                plan_run_id=inp.plan_run_id,
-                subtask=sub,
+        begin = BeginSubtaskInput(
+            plan_run_id=inp.plan_run_id,
+            subtask=sub,
+            base_session_id=inp.base_session_id,
+            branch_session_id=branch,
+            snapshot_id=snap,
+            dependency_branches=inp.dependency_branches,
+            dependency_descriptions=inp.dependency_descriptions,
+            system_prompt=spec.system_prompt,
+            root_session_id=root,
+            depth=inp.depth,
+        )
+
+        def end(succeeded: bool) -> EndSubtaskInput:
+            return EndSubtaskInput(
                 base_session_id=inp.base_session_id,
                 branch_session_id=branch,
                 snapshot_id=snap,
-                dependency_branches=inp.dependency_branches,
-                dependency_descriptions=inp.dependency_descriptions,
-                system_prompt=spec.system_prompt,
-                root_session_id=root,
-                depth=inp.depth,
-            ),
-            result_type=BeginSubtaskOutput,
-        )
+                succeeded=succeeded,
+            )
+
+        if workflow.patched(versions.FEWER_ROUND_TRIPS):
+            # The first LLM call builds the branch and the answering one closes it: no
+            # local activity of their own (each costs about a workflow task).
+            loop.begin = begin
+            loop.close_on_answer = end(True)
+        else:  # a run started before the change replays its begin_subtask step
+            loop.phase = "isolating"
+            await store_op(ACT_BEGIN_SUBTASK, begin, result_type=BeginSubtaskOutput)
 
         def failure_details() -> SubtaskFailureDetails:
             return SubtaskFailureDetails(
@@ -125,15 +138,8 @@ class SubtaskWorkflow:
                 f"{type_}: {message}", failure_details(), type=type_, non_retryable=True
             ) from err
         finally:
-            loop.phase = "closing"
-            # Runs on cancellation too: the cancel request was delivered already, so this
-            # activity is scheduled normally and the branch is never left open.
-            await store_op(
-                ACT_END_SUBTASK,
-                EndSubtaskInput(
-                    base_session_id=inp.base_session_id,
-                    branch_session_id=branch,
-                    snapshot_id=snap,
-                    succeeded=succeeded,
-                ),
-            )
+            if not loop.branch_closed:
+                loop.phase = "closing"
+                # Runs on cancellation too: the cancel request was delivered already, so
+                # this activity is scheduled normally and the branch is never left open.
+                await store_op(ACT_END_SUBTASK, end(succeeded))

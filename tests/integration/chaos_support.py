@@ -129,28 +129,35 @@ async def workflow_running(client: Client, workflow_id: str) -> bool:
 
 
 class LogWatcher:
-    """Reads a growing log file incrementally and remembers whether a needle appeared."""
+    """Reads a growing log file incrementally and counts how often a needle appeared."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._offset = 0
         self._tail = b""
+        self._needle = b""
+        self._count = 0
 
-    def seen(self, needle: str) -> bool:
+    def count(self, needle: str) -> int:
+        """Occurrences of ``needle`` so far (one needle per watcher; a new one restarts)."""
         wanted = needle.encode()
+        if wanted != self._needle:
+            self._needle, self._offset, self._tail, self._count = wanted, 0, b"", 0
         try:
             with self.path.open("rb") as f:
                 f.seek(self._offset)
                 chunk = f.read()
         except FileNotFoundError:
-            return False
+            return self._count
         self._offset += len(chunk)
         window = self._tail + chunk
-        if wanted in window:
-            self._tail = b""
-            return True
-        self._tail = window[-len(wanted) :]
-        return False
+        self._count += window.count(wanted)
+        # Keep a partial needle at the end for the next read, never a whole one.
+        self._tail = window[-(len(wanted) - 1) :] if len(wanted) > 1 else b""
+        return self._count
+
+    def seen(self, needle: str) -> bool:
+        return self.count(needle) > 0
 
 
 class ChaosWorker(WorkerProcess):
@@ -166,6 +173,7 @@ class ChaosWorker(WorkerProcess):
             stderr=self._log,
         )
         self.watcher = LogWatcher(self.log_path)
+        self._consumed: dict[str, int] = {}
         return self
 
     @property
@@ -200,21 +208,25 @@ class ChaosWorker(WorkerProcess):
         self.kill()
         return time.time()
 
-    async def wait_for_activity(self, activity_type: str, timeout_s: float) -> None:
-        """Until this worker's SDK started ``activity_type`` (polled every ~2 ms)."""
+    async def wait_for_activity(self, activity_type: str, timeout_s: float, nth: int = 1) -> None:
+        """Until this worker's SDK started ``activity_type`` ``nth`` more times than the
+        previous waits for it consumed (polled every ~2 ms): consecutive waits see
+        consecutive starts, however soon after each other they came."""
         needle = ACTIVITY_STARTED.format(activity_type)
+        target = self._consumed.get(needle, 0) + nth
 
         def started() -> bool:
             if not self.alive:
                 raise RuntimeError(f"worker died early:\n{self.log_path.read_text()[-3000:]}")
-            return self.watcher.seen(needle)
+            return self.watcher.count(needle) >= target
 
         await wait_until(
             started,
             timeout_s=timeout_s,
-            what=f"activity {activity_type} to start on worker ({self.log_path})",
+            what=f"activity {activity_type} to start on worker ({self.log_path}), start {target}",
             every_s=0.002,
         )
+        self._consumed[needle] = target
 
 
 def worker_env(

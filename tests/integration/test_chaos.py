@@ -30,7 +30,7 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from domain.contracts import ACT_BEGIN_SUBTASK, ACT_END_SUBTASK, ACT_RUN_TOOL, PlanInput
+from domain.contracts import ACT_CALL_LLM, ACT_RUN_TOOL, PlanInput
 from domain.ids import snapshot_id
 from domain.models import FunctionCall, Message, PlanReport, SessionMeta, ToolCall
 from session_store import SessionNotFound
@@ -326,7 +326,8 @@ async def test_dev_server_restart_mid_plan(tmp_path: Path, say: list[RoundLog]) 
 
 # Three writes in a row: the kill waits for one it can catch mid-write (a write lasts about
 # a millisecond, so one try may miss it); the subtask after the killed write is the one
-# whose session work (begin_subtask, then end_subtask) the next two kills interrupt.
+# whose session work (the branch build in its first LLM call, the close in its last) the
+# next two kills interrupt.
 WRITES = ("data/one.txt", "data/two.txt", "data/three.txt")
 WRITE_PLAN = [
     ("w1", f"Write data file one [write:{WRITES[0]}]", []),
@@ -434,22 +435,25 @@ async def test_kill_during_tool_write_and_session_work(
         kills.append(at)
         log.add(f"kill1 in {ACT_RUN_TOOL} of w{index + 1}: {stage} {temp_leftovers(workspace)};")
 
-        # The next subtask's isolation: kill as soon as its begin_subtask starts.
+        # The next subtask's isolation: its first LLM call builds its branch (a snapshot
+        # of the long base, tool traffic stripped). On the new worker the killed subtask
+        # first reruns its tool and makes its final call; kill as soon as the next call,
+        # the victim's first, starts.
         victim = WRITE_PLAN[index + 1][0]
         branch = branch_session_id(base_id, run_id, victim)
         snap = snapshot_id(base_id, run_id, victim)
         await spawn().ready(READY_TIMEOUT_S)
-        await workers[-1].wait_for_activity(ACT_BEGIN_SUBTASK, timeout_s=90)
-        kills.append(workers[-1].kill_now())
+        await workers[-1].wait_for_activity(ACT_CALL_LLM, timeout_s=90, nth=2)
+        kills.append(await kill_once_snapshot_taken(workers[-1], store_path, snap))
         state = await branch_state(store_path, branch, snap)
-        log.add(f"kill2 in {ACT_BEGIN_SUBTASK} of {victim}: {state};")
+        log.add(f"kill2 in the first {ACT_CALL_LLM} of {victim} (branch build): {state};")
 
-        # Closing that branch: kill as soon as its end_subtask starts.
+        # Closing that branch: the call that answers closes it right after storing the
+        # answer; kill as soon as the answer is in the store.
         await spawn().ready(READY_TIMEOUT_S)
-        await workers[-1].wait_for_activity(ACT_END_SUBTASK, timeout_s=90)
-        kills.append(workers[-1].kill_now())
+        kills.append(await kill_after_final_answer(workers[-1], store_path, branch))
         state = await branch_state(store_path, branch, snap)
-        log.add(f"kill3 in {ACT_END_SUBTASK} of {victim}: {state};")
+        log.add(f"kill3 after {victim}'s answer (branch close): {state};")
         assert await workflow_running(client, plan.id), "the plan finished before the last kill"
 
         spawn()
@@ -475,6 +479,42 @@ async def test_kill_during_tool_write_and_session_work(
     await check_plan(
         client, store_path, plan, report, handle.first_execution_run_id, base_before=history
     )
+
+
+async def kill_once_snapshot_taken(worker: ChaosWorker, store_path: Path, snap: str) -> float:
+    """SIGKILL as soon as the branch build has snapshotted the base (it then creates and
+    fills the branch), or after 2 s whatever the build is doing."""
+    store = await open_session_store(str(store_path))
+    deadline = time.monotonic() + 2
+    try:
+        while time.monotonic() < deadline:
+            if await store.has_snapshot(snap):
+                break
+            await asyncio.sleep(0.001)
+    finally:
+        await store.close()
+    return worker.kill_now()
+
+
+async def kill_after_final_answer(worker: ChaosWorker, store_path: Path, branch_id: str) -> float:
+    """SIGKILL as soon as the branch ends with a final answer (text, no tool call), that
+    is while the call that stored it is closing the branch, or just after."""
+    store = await open_session_store(str(store_path))
+    deadline = time.monotonic() + 90
+    try:
+        while time.monotonic() < deadline:
+            if not worker.alive:
+                raise RuntimeError(f"worker died early:\n{worker.log_path.read_text()[-3000:]}")
+            try:
+                last = (await store.read(branch_id))[-1:]
+            except SessionNotFound:
+                last = []
+            if last and last[0].role == "assistant" and last[0].content and not last[0].tool_calls:
+                return worker.kill_now()
+            await asyncio.sleep(0.002)
+    finally:
+        await store.close()
+    raise TimeoutError(f"no final answer in {branch_id} within 90s")
 
 
 async def branch_state(store_path: Path, branch_id: str, snap: str | None = None) -> str:
