@@ -7,19 +7,26 @@ One run, side by side, on one layered DAG (``--width`` subtasks per layer, each 
 on one or two subtasks of the layer before) and one in-process fake provider whose every
 answer takes ``--latency-ms``. Each subtask is a real agent loop of two LLM calls (a tool
 call, the tool, then the final answer), so the ideal plan time is
-``critical path (in subtasks) x 2 x latency``. Two runners are timed against it:
+``critical path (in subtasks) x 2 x latency``. Three runners are timed against it:
 
 * the asyncio floor (``bench.fake_dag``): the same DAG, requests and tools in plain
   asyncio, no durability at all;
 * the durable path: a real Temporal dev server, the project's worker (``build_worker``)
   with a SQLite session store, PlanWorkflow → one SubtaskWorkflow per subtask, every LLM
-  call, tool and session step an activity, timed from the client (start → result).
+  call an activity (the first also builds the branch, the answering one closes it), tools
+  and merges local activities, timed from the client (start → result);
+* the Temporal floor (``bench.temporal_floor``): the same server and DAG, run by a bare
+  skeleton of that architecture with no project code (parent → one child per subtask,
+  each child the same commands as SubtaskWorkflow doing nothing but sleep the latency),
+  on its own task queue, timed the same way right after each durable run. What it costs
+  is Temporal's own per-step price on this machine (SDK, dev server, cores); what the
+  durable run costs beyond it is the project's code.
 
 Besides the ratios it prints the history sizes and where the durable time goes, read
 from the workflow histories' server timestamps (activity schedule-to-start, workflow-task
-round trips, child start and completion hand-offs). Both runners are warmed up first on
+round trips, child start and completion hand-offs). All three are warmed up first on
 a one-subtask plan with zero latency, so litellm's import, the sandbox's first load of
-the workflow modules and the first HTTP connections are not billed to either side.
+the workflow modules and the first HTTP connections are not billed to any of them.
 
 ``--short`` (CI): 100 ms latency, 8 subtasks; well under a minute. Nothing is asserted
 about time: the numbers are for reading.
@@ -47,6 +54,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from bench.fake_dag import LitellmAgent, run_dag
+from bench.temporal_floor import floor_worker, run_temporal_floor
 from domain.contracts import ACT_CALL_LLM, ACT_MERGE_RESULTS, PlanInput
 from domain.models import Plan, PlanReport, PlanStatus, Subtask
 from domain.scheduling import critical_path_length
@@ -244,6 +252,7 @@ async def fetch_times(client: Client, plan: Plan) -> tuple[PlanTimes, dict[str, 
 class Measurement:
     asyncio_s: list[float] = field(default_factory=list)
     durable_s: list[float] = field(default_factory=list)
+    temporal_floor_s: list[float] = field(default_factory=list)
     asyncio_requests: int = 0
     durable_requests: int = 0
     rejections: int = 0
@@ -316,12 +325,16 @@ async def measure(
                     state_dir=tmp / "state",
                     llm_timeout_s=30.0,
                 )
+                floor_queue = f"{settings.task_queue}-floor"  # its own worker, same server
                 agent = LitellmAgent(MODEL, provider.base_url, FAKE_KEY, workspace)
                 store = await open_session_store(settings.session_store)
                 try:
-                    async with build_worker(env.client, settings, store):
+                    async with (
+                        build_worker(env.client, settings, store),
+                        floor_worker(env.client, floor_queue),
+                    ):
                         m = await _measure_with(
-                            env.client, settings, provider, agent, latency_ms,
+                            env.client, settings, floor_queue, provider, agent, latency_ms,
                             subtasks=subtasks, width=width, repeats=repeats,
                         )  # fmt: skip
                         assert m.plan is not None
@@ -336,6 +349,7 @@ async def measure(
 async def _measure_with(
     client: Client,
     settings: Settings,
+    floor_queue: str,
     provider: FakeProvider,
     agent: LitellmAgent,
     latency_ms: float,
@@ -348,6 +362,7 @@ async def _measure_with(
     provider.latency_ms = 0.0
     await run_floor(layered_plan(1, 1, prefix="warm"), agent)
     await run_durable(client, layered_plan(1, 1, prefix="warm"), settings.task_queue)
+    await run_temporal_floor(client, layered_plan(1, 1, prefix="warm"), floor_queue, 0.0)
     provider.latency_ms = latency_ms
     m = Measurement()
     for _ in range(repeats):
@@ -356,6 +371,7 @@ async def _measure_with(
         m.asyncio_s.append(await run_floor(plan, agent))
         middle = len(provider.requests)
         m.durable_s.append(await run_durable(client, plan, settings.task_queue))
+        m.temporal_floor_s.append(await run_temporal_floor(client, plan, floor_queue, latency_ms))
         m.asyncio_requests = middle - before
         m.durable_requests = len(provider.requests) - middle
         m.plan = plan
@@ -397,29 +413,42 @@ def report(
     ideal = cp * LLM_CALLS_PER_SUBTASK * latency
     floor = statistics.median(m.asyncio_s)
     durable = statistics.median(m.durable_s)
+    tfloor = statistics.median(m.temporal_floor_s)
     layers = -(-n // width)
     print(
         f"plan: {n} subtasks ({layers} layers x {width}), critical path {cp:.0f} subtasks, "
         f"max_parallel {plan.max_parallel}; {LLM_CALLS_PER_SUBTASK} LLM calls per subtask, "
         f"provider latency {latency_ms:.0f} ms; median of {len(m.durable_s)} run(s)\n"
     )
-    print(f"{'':<34}{'seconds':>9}{'/ ideal':>9}{'/ asyncio':>11}")
     rows = [
         ("ideal (critical path x 2 x lat.)", ideal),
         ("asyncio floor (bench.fake_dag)", floor),
+        ("temporal floor (skeleton, no project code)", tfloor),
         ("durable (Temporal, client timed)", durable),
     ]
+    label = max(len(name) for name, _ in rows) + 2
+    print(f"{'':<{label}}{'seconds':>9}{'/ ideal':>9}{'/ asyncio':>11}")
     for name, value in rows:
-        print(f"{name:<34}{value:>9.3f}{value / ideal:>8.2f}x{value / floor:>10.2f}x")
+        print(f"{name:<{label}}{value:>9.3f}{value / ideal:>8.2f}x{value / floor:>10.2f}x")
     print()
     print(f"durable / ideal   = {durable / ideal:.3f}")
     print(f"durable / asyncio = {durable / floor:.3f}")
     print(f"asyncio / ideal   = {floor / ideal:.3f}")
+    print(f"temporal floor / ideal   = {tfloor / ideal:.3f}")
+    print(f"durable / temporal floor = {durable / tfloor:.3f}")
     print(
         f"orchestration overhead per critical-path subtask: (durable - ideal) / {cp:.0f} = "
         f"{_ms((durable - ideal) / cp)}"
     )
     print(f"durability cost per subtask: (durable - asyncio) / {n} = {_ms((durable - floor) / n)}")
+    print(
+        "Temporal's own overhead per critical-path subtask: (temporal floor - ideal) / "
+        f"{cp:.0f} = {_ms((tfloor - ideal) / cp)}"
+    )
+    print(
+        "project code's share of the overhead per critical-path subtask: "
+        f"(durable - temporal floor) / {cp:.0f} = {_ms((durable - tfloor) / cp)}"
+    )
     print(
         f"LLM requests seen by the provider: durable {m.durable_requests}, asyncio "
         f"{m.asyncio_requests} (expected {LLM_CALLS_PER_SUBTASK * n} each); "
@@ -479,6 +508,11 @@ def report(
             f"\nnote: durable/ideal {durable / ideal:.2f} is above {SLOW_RATIO:.2f}; the "
             "breakdown above shows which hops add the time."
         )
+        if tfloor / ideal > SLOW_RATIO:
+            print(
+                f"      the skeleton with no project code is at {tfloor / ideal:.2f} itself: "
+                "on this machine the target is below Temporal's own per-step cost."
+            )
 
 
 # --------------------------------------------------------------------------- entry points
@@ -487,7 +521,10 @@ def report(
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.overhead",
-        description="Durable plan time vs the ideal critical path and a plain asyncio floor.",
+        description=(
+            "Durable plan time vs the ideal critical path, a plain asyncio floor and a bare "
+            "Temporal floor."
+        ),
     )
     parser.add_argument("--short", action="store_true", help="100 ms latency, 8 subtasks (CI)")
     parser.add_argument("--latency-ms", type=float, help="provider latency (default 500)")
