@@ -3,10 +3,12 @@
 Each case runs on a throw-away Temporal dev server (the venv's ``temporal`` binary) with
 the fake provider and a SQLite session store in a temporary directory, then fetches every
 run of every workflow involved (children included, through continue-as-new), checks that
-it replays against the current code, and writes it to ``tests/histories/<case>/``.
+it replays against the current code, and writes it to
+``tests/histories/<CURRENT_SHAPE>/<case>/``.
 
 Only re-record when a workflow change is deliberate and versioned (see README.md): these
-files are the running workflows that the code must keep replaying.
+files are the running workflows that the code must keep replaying. Older shapes' files
+are never rewritten.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ from tests.support.fake_provider import FakeProvider, FakeProviderProcess
 from worker import build_worker
 
 HISTORIES = Path(__file__).resolve().parent
+# Each workflow shape that runs may still be in flight keeps its own directory; a change
+# behind a new patch id records into a new one and leaves the older ones as they are.
+CURRENT_SHAPE = "v2-fewer-round-trips"
 FAKE_KEY = "sk-test-fake-record-000000000000000000000000"
 SIZE_LIMIT_BYTES = 3_000_000
 
@@ -310,7 +315,7 @@ async def record_case(name: str, env: Env) -> list[RunHistory]:
             f"case {name!r}: freshly recorded histories do not replay: "
             + "; ".join(f"{o.run.workflow_id}: {o.failure}" for o in broken)
         )
-    target = HISTORIES / name
+    target = HISTORIES / CURRENT_SHAPE / name
     for old in target.glob("*.json"):
         old.unlink()
     written = save_runs(runs, target)
@@ -339,7 +344,7 @@ async def record(names: Sequence[str]) -> None:
                     await record_case(name, env)
         finally:
             await server.shutdown()
-    total = sum(p.stat().st_size for p in HISTORIES.glob("*/*.json"))
+    total = sum(p.stat().st_size for p in HISTORIES.glob("*/*/*.json"))
     print(f"total {total / 1024:.1f} KiB in {HISTORIES}")
     if total > SIZE_LIMIT_BYTES:
         raise SystemExit(f"the recorded histories exceed {SIZE_LIMIT_BYTES} bytes; trim a case")

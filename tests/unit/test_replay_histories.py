@@ -27,51 +27,78 @@ from starter.replay_command import (
     replay_runs,
     workflow_id_from_file_name,
 )
+from tests.histories.record import CURRENT_SHAPE
 from workflows import ALL_WORKFLOWS
 from workflows.subtask import SubtaskWorkflow
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
-FILES = sorted(HISTORIES.glob("*/*.json"))
+# One directory per workflow shape that may still be running: the first release's, and
+# the one recorded by the current code (tests/histories/record.py's CURRENT_SHAPE).
+FIRST_RELEASE = HISTORIES / "v1-first-release"
+CURRENT = HISTORIES / CURRENT_SHAPE
+SHAPES = (FIRST_RELEASE, CURRENT)
+FILES = sorted(HISTORIES.glob("*/*/*.json"))
 CASES = ("success", "failure", "crash", "subagent", "session")
-SUCCESS_SUBTASK = HISTORIES / "success" / "hist-success__a.0.json"
+SUCCESS_SUBTASK = CURRENT / "success" / "hist-success__a.0.json"
+PATCH_MARKER = "core_patch"
 
 
-def _types(case: str) -> Counter[str]:
+def _types(case: Path) -> Counter[str]:
     """Workflow type → number of recorded runs in a case."""
     counts: Counter[str] = Counter()
-    for path in (HISTORIES / case).glob("*.json"):
+    for path in case.glob("*.json"):
         first = json.loads(path.read_text())["events"][0]
         counts[first["workflowExecutionStartedEventAttributes"]["workflowType"]["name"]] += 1
     return counts
 
 
-def test_every_case_is_recorded_with_the_workflows_it_is_about() -> None:
+def _markers(path: Path) -> list[str]:
+    return [
+        event["markerRecordedEventAttributes"]["markerName"]
+        for event in json.loads(path.read_text())["events"]
+        if "markerRecordedEventAttributes" in event
+    ]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda p: p.name)
+def test_every_case_is_recorded_with_the_workflows_it_is_about(shape: Path) -> None:
     """Guards the parametrized test below against passing on an empty or partial set."""
-    assert {p.parent.name for p in FILES} == set(CASES)
-    assert _types("success") == {"PlanWorkflow": 1, "SubtaskWorkflow": 4}
-    assert _types("failure") == {"PlanWorkflow": 1, "SubtaskWorkflow": 3}  # one skipped
-    assert _types("crash") == {"PlanWorkflow": 1, "SubtaskWorkflow": 4}
+    assert {p.parent.name for p in FILES if p.parent.parent == shape} == set(CASES)
+    assert _types(shape / "success") == {"PlanWorkflow": 1, "SubtaskWorkflow": 4}
+    assert _types(shape / "failure") == {"PlanWorkflow": 1, "SubtaskWorkflow": 3}  # 1 skipped
+    assert _types(shape / "crash") == {"PlanWorkflow": 1, "SubtaskWorkflow": 4}
     # The spawned sub-agent is a SubtaskWorkflow nested under the subtask that spawned it.
-    assert _types("subagent") == {"PlanWorkflow": 1, "SubtaskWorkflow": 3}
-    assert (HISTORIES / "subagent" / "hist-subagent__spawn__coder-0-0.0.json").exists()
+    assert _types(shape / "subagent") == {"PlanWorkflow": 1, "SubtaskWorkflow": 3}
+    assert (shape / "subagent" / "hist-subagent__spawn__coder-0-0.0.json").exists()
     # Continue-as-new after each of two messages: three runs of one workflow id.
-    assert sorted(p.name for p in (HISTORIES / "session").glob("*.json")) == [
+    assert sorted(p.name for p in (shape / "session").glob("*.json")) == [
         f"session__hist-session.{i}.json" for i in range(3)
     ]
 
 
-def test_the_crash_case_holds_a_retried_llm_call() -> None:
+def test_the_shapes_are_the_ones_before_and_after_the_round_trip_patch() -> None:
+    """The first release's subtasks never saw the patch; the current ones all carry it."""
+    subtasks = [p for p in FILES if "__" in p.name and not p.name.startswith("session__")]
+    old = [p for p in subtasks if p.is_relative_to(FIRST_RELEASE)]
+    new = [p for p in subtasks if p.is_relative_to(CURRENT)]
+    assert old and new
+    assert all(PATCH_MARKER not in _markers(p) for p in old)
+    assert all(PATCH_MARKER in _markers(p) for p in new)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda p: p.name)
+def test_the_crash_case_holds_a_retried_llm_call(shape: Path) -> None:
     """What makes the crash case worth keeping: activities re-run after the SIGKILL."""
     attempts = [
         event["activityTaskStartedEventAttributes"].get("attempt", 1)
-        for path in (HISTORIES / "crash").glob("*.json")
+        for path in (shape / "crash").glob("*.json")
         for event in json.loads(path.read_text())["events"]
         if "activityTaskStartedEventAttributes" in event
     ]
     assert max(attempts) >= 2
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(HISTORIES)))
 async def test_recorded_history_replays(path: Path) -> None:
     run = load_history_file(path)
     replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
@@ -133,7 +160,7 @@ def test_file_names_round_trip_to_workflow_ids() -> None:
 def test_replay_command_replays_files_without_a_server(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    files = sorted((HISTORIES / "session").glob("*.json"))
+    files = sorted((CURRENT / "session").glob("*.json"))
     argv = ["replay"] + [arg for f in files for arg in ("--file", str(f))]
     assert main(argv) == 0
     out, err = capsys.readouterr()
