@@ -44,7 +44,12 @@ async def branch_result(store: SessionStore, branch_session_id: str) -> str | No
 
 async def begin_branch(store: SessionStore, inp: BeginSubtaskInput) -> BeginSubtaskOutput:
     """Snapshot the base and build the subtask's branch from it; a second call (a retry,
-    or the first LLM call's attempt after a crash) finds the branch and keeps it."""
+    or the first LLM call's attempt after a crash) finds the branch and keeps it.
+
+    A branch already closed is left alone: a cancelled subtask's workflow closes its
+    branch without waiting for a first LLM call still in flight, and that call's build
+    must not reopen it or leave its snapshot behind.
+    """
     base = await store.create_session(SessionMeta(session_id=inp.base_session_id))
     snapshot_count = await store.snapshot(inp.base_session_id, inp.snapshot_id)
     branch_meta = SessionMeta(
@@ -55,7 +60,13 @@ async def begin_branch(store: SessionStore, inp: BeginSubtaskInput) -> BeginSubt
         depth=inp.depth,
         budget=base.budget,
     )
-    await store.create_session(branch_meta)
+    if (await store.create_session(branch_meta)).ended:
+        await store.delete_snapshot(inp.snapshot_id)
+        return BeginSubtaskOutput(
+            branch_session_id=inp.branch_session_id,
+            message_count=await store.count(inp.branch_session_id),
+            snapshot_message_count=snapshot_count,
+        )
     existing = await store.count(inp.branch_session_id)
     if existing > 0:
         # A retry after the branch was already written: keep the first build.
@@ -101,13 +112,11 @@ async def begin_branch(store: SessionStore, inp: BeginSubtaskInput) -> BeginSubt
 
 async def close_branch(store: SessionStore, inp: EndSubtaskInput) -> None:
     """Mark the branch ended and drop its snapshot; the base needs no restore because no
-    subtask writes to it. Idempotent, and a branch never built is no error."""
-    try:
-        meta = await store.get_session(inp.branch_session_id)
-        if not meta.ended:
-            await store.update_session(meta.model_copy(update={"ended": True}))
-    except SessionNotFound:
-        pass
+    subtask writes to it. Idempotent. A branch not built yet is recorded as ended (empty),
+    so a build still in flight (``begin_branch``) finds it closed and builds nothing."""
+    meta = await store.create_session(SessionMeta(session_id=inp.branch_session_id, ended=True))
+    if not meta.ended:
+        await store.update_session(meta.model_copy(update={"ended": True}))
     await store.delete_snapshot(inp.snapshot_id)
 
 
