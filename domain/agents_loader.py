@@ -43,6 +43,7 @@ from domain.agents import (
 from domain.text_formats import (
     QUOTE_LIMIT,
     TextFormatError,
+    duplicate_key_problems,
     one_line,
     parse_json,
     parse_yaml,
@@ -202,10 +203,7 @@ def _parse_yaml(text: str, source: str) -> Any:
         raise AgentsFileError(err.problems) from None
     if duplicates:
         # Two ``coder:`` entries would otherwise quietly drop the first.
-        raise AgentsFileError(
-            f"{source}: duplicate key {quote(key)} at line {line} (only the last would count)"
-            for key, line in duplicates
-        )
+        raise AgentsFileError(duplicate_key_problems(source, duplicates))
     return data
 
 

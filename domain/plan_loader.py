@@ -31,7 +31,14 @@ from pydantic_core import ErrorDetails
 from domain.agents_catalog import BUILTIN_AGENTS
 from domain.models import Plan, Subtask
 from domain.scheduling import CYCLE_DISPLAY_LIMIT, find_cycles, format_cycle
-from domain.text_formats import TextFormatError, one_line, parse_json, parse_yaml, quote
+from domain.text_formats import (
+    TextFormatError,
+    duplicate_key_problems,
+    one_line,
+    parse_json,
+    parse_yaml,
+    quote,
+)
 
 MAX_PLAN_BYTES: Final = 4 * 1024 * 1024
 MAX_SUBTASKS: Final = 2000
@@ -137,9 +144,11 @@ def _parse_json(text: str, source: str) -> Any:
 
 def _parse_yaml(text: str, source: str) -> Any:
     try:
-        data, _duplicates = parse_yaml(text, source)
+        data, duplicates = parse_yaml(text, source)
     except TextFormatError as err:
         raise PlanValidationError(err.problems) from None
+    if duplicates:  # as in JSON: two ``depends_on:`` keys must not quietly drop the first
+        raise PlanValidationError(duplicate_key_problems(source, duplicates))
     return data
 
 

@@ -101,6 +101,15 @@ def parse_yaml(text: str, source: str) -> tuple[Any, list[tuple[str, int]]]:
     return data, list(loader.duplicates)
 
 
+def duplicate_key_problems(source: str, duplicates: list[tuple[str, int]]) -> list[str]:
+    """One line per key a YAML mapping repeats (``parse_yaml``'s second result): a reader
+    would keep only the last, silently dropping what the author wrote first."""
+    return [
+        f"{source}: duplicate key {quote(key)} at line {line} (only the last would count)"
+        for key, line in duplicates
+    ]
+
+
 def _yaml_problem(context: str | None, problem: str | None) -> str:
     """PyYAML's message: a "while parsing ..." context is noise, any other completes it."""
     if context and problem and not context.startswith("while "):

@@ -159,6 +159,9 @@ PLAN_EXPECTATIONS: Mapping[str, tuple[str, ...]] = {
     "budget_string.yaml": ("budget: must be an object, got a string ('$5')",),
     "budget_nan.json": ("budget.max_cost_usd: must be a finite number, got nan",),
     "budget_typo.yaml": ("budget: unknown field 'max_cost' (did you mean 'max_cost_usd'?)",),
+    "yaml_duplicate_key.yaml": (
+        "duplicate key 'depends_on' at line 10 (only the last would count)",
+    ),
     "duplicate_json_keys.json": (
         "duplicate key 'description' in one JSON object (only the last would count)",
     ),
