@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from domain.agents import BUILTIN_CATALOG
+from domain.agents_loader import AgentsFileError, load_agents_file
 from domain.models import Plan
 from domain.plan_loader import PlanValidationError, plan_from_data, read_plan_file
 from domain.scheduling import critical_path_length
@@ -32,7 +35,10 @@ def _add_validate_parser(subparsers: argparse._SubParsersAction[argparse.Argumen
     parser = subparsers.add_parser(
         "validate",
         help="check a plan file without running it",
-        description="Check a plan file (JSON or YAML). Exit 0 if valid, 2 if not.",
+        description=(
+            "Check a plan file (JSON or YAML). Exit 0 if valid, 2 if not. Agent names are "
+            "checked against the built-ins plus DPLAN_AGENTS's file, as `dplan run` sees them."
+        ),
     )
     parser.add_argument("plan", metavar="PLAN", help="path to the plan file")
     parser.add_argument(
@@ -49,10 +55,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     data: dict[str, Any] | None = None
     plan: Plan | None = None
     problems: tuple[str, ...] = ()
+    header = f"invalid plan: {path}"
     try:
+        known_agents = _known_agents()
         data = read_plan_file(path)
-        plan = plan_from_data(data, source=path)
+        plan = plan_from_data(data, known_agents=known_agents, source=path)
     except PlanValidationError as exc:
+        problems = exc.problems
+    except AgentsFileError as exc:  # the plan cannot be judged without its agents
+        header = f"invalid agents file (DPLAN_AGENTS): {os.environ['DPLAN_AGENTS'].strip()}"
         problems = exc.problems
 
     # A plan without an id gets a random one at run time; reporting the random one here
@@ -74,7 +85,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         }
         print(json.dumps(report, indent=2))
     elif plan is None:
-        print(f"invalid plan: {path}", file=sys.stderr)
+        print(header, file=sys.stderr)
         for line in problems:
             print(line, file=sys.stderr)
     else:
@@ -82,6 +93,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
         length = critical_path_length(plan)
         print(f"ok: {path}: {name}, {count} subtasks, critical path {length:g}")
     return EXIT_OK if plan is not None else EXIT_INVALID
+
+
+def _known_agents() -> frozenset[str]:
+    """The agents a run would know: a plan naming DPLAN_AGENTS's ``reviewer`` is valid
+    exactly when ``dplan run`` with the same environment would accept it."""
+    agents_file = os.environ.get("DPLAN_AGENTS", "").strip()
+    if not agents_file:
+        return frozenset(BUILTIN_CATALOG.names())
+    return frozenset(load_agents_file(agents_file).names())
 
 
 # --------------------------------------------------------------------------- run, status

@@ -136,3 +136,30 @@ def test_console_script_and_module_entry_point() -> None:
         "examples/invalid/unknown_dependency.yaml: subtasks[0] (id 'settings'): "
         "unknown dependency 'theme'",
     ]
+
+
+def test_agents_from_dplan_agents_are_known_as_in_a_run(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = "examples/orchestration_plan.json"  # its review step uses the file's reviewer
+    monkeypatch.delenv("DPLAN_AGENTS", raising=False)
+    assert main(["validate", plan]) == 2
+    assert "unknown agent 'reviewer'" in capsys.readouterr().err
+    monkeypatch.setenv("DPLAN_AGENTS", "examples/agents.toml")
+    assert main(["validate", plan]) == 0
+    assert capsys.readouterr().out.startswith(f"ok: {plan}: ")
+
+
+def test_a_bad_agents_file_is_reported_as_such(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    agents = tmp_path / "agents.toml"
+    agents.write_text("[agents.reviewer]\ntools = ['list_dir']\n")  # a new agent, no prompt
+    monkeypatch.setenv("DPLAN_AGENTS", str(agents))
+    assert main(["validate", WEATHER]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"invalid agents file (DPLAN_AGENTS): {agents}"
+    assert lines[1:] and all(line.startswith(f"{agents}") for line in lines[1:])
+    assert main(["validate", "--json", WEATHER]) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["valid"] is False and report["problems"] == lines[1:]
