@@ -29,6 +29,7 @@ class PlanActivities:
             self.sessions.begin_subtask,
             self.sessions.end_subtask,
             self.sessions.merge_results,
+            self.sessions.branch_spend,
             self.llm.call_llm,
             self.tools.run_tool,
             self.delegation.delegate,

@@ -15,16 +15,20 @@ from temporalio import activity
 from activities.heartbeat import heartbeating
 from domain.contracts import (
     ACT_BEGIN_SUBTASK,
+    ACT_BRANCH_SPEND,
     ACT_END_SUBTASK,
     ACT_MERGE_RESULTS,
     BeginSubtaskInput,
     BeginSubtaskOutput,
+    BranchSpend,
+    BranchSpendInput,
+    BranchSpendOutput,
     EndSubtaskInput,
     MergeResultsInput,
 )
 from domain.history import DependencyResult, isolate_for_subtask, last_result
 from domain.ids import message_id
-from domain.models import Message, SessionMeta
+from domain.models import Message, SessionMeta, Usage
 from domain.secrets import scrub_secrets
 from session_store import SessionNotFound, SessionStore
 
@@ -155,3 +159,29 @@ class SessionActivities:
                 )
             )
         return await self._store.append(inp.base_session_id, messages)
+
+    @activity.defn(name=ACT_BRANCH_SPEND)
+    async def branch_spend(self, inp: BranchSpendInput) -> BranchSpendOutput:
+        """What cancelled subtasks had spent, read from their branches: a cancelled child
+        reports nothing back, and a report of 0 calls after real, billed calls would lie."""
+        spends: list[BranchSpend] = []
+        for subtask_id, branch, scope, max_turns in inp.entries:
+            try:
+                messages = await self._store.read(branch)
+                exists = True
+            except SessionNotFound:
+                messages, exists = [], False
+            answer_ids = {message_id(scope, turn) for turn in range(max_turns)}
+            answers = [m for m in messages if m.id in answer_ids]
+            usage = Usage()
+            for answer in answers:
+                usage = usage + (answer.usage or Usage())
+            spends.append(
+                BranchSpend(
+                    subtask_id=subtask_id,
+                    branch_exists=exists,
+                    llm_calls=len(answers),
+                    usage=usage,
+                )
+            )
+        return BranchSpendOutput(spends=tuple(spends))

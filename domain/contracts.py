@@ -23,6 +23,7 @@ ACT_DELEGATE = "delegate_to_sub_agent"
 ACT_PREPARE_SPAWN = "prepare_spawn"
 ACT_FINISH_SPAWN = "finish_spawn"
 ACT_APPEND_NOTES = "append_notes"
+ACT_BRANCH_SPEND = "branch_spend"
 
 # Sub-agents nest at most this deep (the root session is depth 0).
 MAX_SUBAGENT_DEPTH = 3
@@ -65,6 +66,24 @@ class MergeResultsInput(_Payload):
     base_session_id: str
     # (subtask_id, branch_session_id) in the deterministic order they are merged.
     entries: tuple[tuple[str, str], ...]
+
+
+class BranchSpendInput(_Payload):
+    """Cancelled subtasks' branches, to report what they had spent: (subtask id, branch
+    session id, the subtask's run scope, its turn limit)."""
+
+    entries: tuple[tuple[str, str, str, int], ...]
+
+
+class BranchSpend(_Payload):
+    subtask_id: str
+    branch_exists: bool
+    llm_calls: int  # answers stored by the subtask's own LLM calls (one in flight is lost)
+    usage: Usage
+
+
+class BranchSpendOutput(_Payload):
+    spends: tuple[BranchSpend, ...]
 
 
 class LlmCallInput(_Payload):

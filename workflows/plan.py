@@ -25,9 +25,12 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from domain.agents import BUILTIN_CATALOG, AgentCatalog
+    from domain.agents import BUILTIN_CATALOG, MAX_TURNS, AgentCatalog
     from domain.contracts import (
+        ACT_BRANCH_SPEND,
         ACT_MERGE_RESULTS,
+        BranchSpendInput,
+        BranchSpendOutput,
         MergeResultsInput,
         PlanInput,
         SubtaskFailureDetails,
@@ -46,8 +49,9 @@ with workflow.unsafe.imports_passed_through():
     from domain.plan_loader import validate_plan
     from domain.scheduling import blocked_by_failure, ready_subtasks
 
+from workflows import versions
 from workflows.store_ops import store_op
-from workflows.subtask import SubtaskWorkflow
+from workflows.subtask import SubtaskWorkflow, branch_session_id
 
 MAX_RESULT_EXCERPT = 4000
 PAYLOAD_BUDGET_CHARS = 400_000  # carried results stay far below the 512 KiB warning
@@ -331,12 +335,44 @@ class PlanWorkflow:
                 ),
             )
 
+    async def _record_cancelled_spend(self, plan: Plan, started: list[str]) -> None:
+        """A cancelled child reports nothing back, yet its calls happened and were billed:
+        read its stored answers and their usage from its branch, and name the branch."""
+        cancelled = [
+            sid
+            for sid in started
+            if (r := self._results.get(sid)) is not None and r.status is SubtaskStatus.CANCELLED
+        ]
+        if not cancelled or not workflow.patched(versions.CANCELLED_SPEND):
+            return
+        base = default_session_id(plan)
+        branches = {sid: branch_session_id(base, self._plan_run_id, sid) for sid in cancelled}
+        out: BranchSpendOutput = await store_op(
+            ACT_BRANCH_SPEND,
+            BranchSpendInput(
+                entries=tuple(
+                    (sid, branches[sid], f"{self._plan_run_id}/{sid}", MAX_TURNS)
+                    for sid in cancelled
+                )
+            ),
+            result_type=BranchSpendOutput,
+        )
+        for spend in out.spends:
+            self._results[spend.subtask_id] = self._results[spend.subtask_id].model_copy(
+                update={
+                    "llm_calls": spend.llm_calls,
+                    "usage": spend.usage,
+                    "session_id": branches[spend.subtask_id] if spend.branch_exists else None,
+                }
+            )
+
     async def _cancel_everything(self, plan: Plan) -> None:
         self._cancelled = True
-        tasks = list(self._running.values())
-        for task in tasks:
+        running = dict(self._running)
+        for task in running.values():
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*running.values(), return_exceptions=True)
+        await self._record_cancelled_spend(plan, list(running))
         for st in plan.subtasks:
             if st.id not in self._results:
                 self._results[st.id] = SubtaskResult(

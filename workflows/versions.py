@@ -12,3 +12,7 @@ from __future__ import annotations
 # Workspace tools run as local activities, a subtask's first LLM call builds its branch
 # and the call that ends it closes the branch (three round trips fewer per subtask).
 FEWER_ROUND_TRIPS = "fewer-round-trips-1"
+
+# A cancelled plan reads what its cancelled subtasks had spent (a local activity) before
+# it ends, so their report rows give real call counts, usage and branch ids.
+CANCELLED_SPEND = "cancelled-spend-1"

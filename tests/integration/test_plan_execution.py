@@ -10,10 +10,14 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
 from domain.contracts import PlanInput
+from domain.ids import message_id
 from domain.models import Message, PlanReport, PlanStatus, SessionMeta, SubtaskStatus
+from session_store import SessionNotFound
+from tests.integration.chaos_support import plan_run_id
 from tests.integration.conftest import Harness
 from tests.integration.plans import by_id, make_plan, run_plan, workflow_status
 from tests.integration.replay import assert_replays
+from workflows.subtask import branch_session_id
 
 pytestmark = pytest.mark.integration
 
@@ -233,6 +237,42 @@ async def test_cancelled_plan_reports_cancelled_and_cancels_children(
         assert await workflow_status(harness.client, f"{plan.id}/slow") == cancelled
         ids.append(f"{plan.id}/slow")
     await assert_replays(harness.client, ids)
+
+
+async def test_a_cancelled_subtask_reports_the_calls_it_made(harness: Harness) -> None:
+    """Cancelled after its first answer was stored: the report counts that call, its usage
+    and names the branch, instead of 0 calls and no session (which would be a lie)."""
+    harness.provider.latency_ms = 400
+    plan = make_plan([("work", "Look at the workspace", [])], session_id="s-cancel-spend")
+    handle = await harness.client.start_workflow(
+        "PlanWorkflow", PlanInput(plan=plan), id=plan.id, task_queue=harness.task_queue
+    )
+    run_id = plan_run_id(plan, handle.first_execution_run_id)
+    branch = branch_session_id("s-cancel-spend", run_id, "work")
+    first_answer = message_id(f"{run_id}/work", 0)
+
+    async def answered() -> None:
+        while True:
+            try:
+                if any(m.id == first_answer for m in await harness.store.read(branch)):
+                    return
+            except SessionNotFound:
+                pass
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(answered(), timeout=30)
+    await handle.cancel()  # the second call (after the tool) is in flight or about to be
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+
+    [row] = (await handle.query("status", result_type=PlanReport)).subtasks
+    assert row.status is SubtaskStatus.CANCELLED
+    assert row.session_id == branch
+    assert row.llm_calls in (1, 2)  # the second answer may have been stored before the cancel
+    assert row.usage.total_tokens > 0
+    stored = [m for m in await harness.store.read(branch) if m.role == "assistant" and m.usage]
+    assert row.llm_calls == len(stored)
+    await assert_replays(harness.client, [plan.id])
 
 
 async def test_running_the_same_plan_again_runs_it_again(harness: Harness) -> None:
