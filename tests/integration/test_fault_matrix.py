@@ -250,6 +250,8 @@ class Fault:
     tool_error: str | None = None
     retry_after_s: float | None = None
     duplicate_ids: bool = False
+    # Retryable on every attempt, until the retry policy's attempts run out.
+    exhausted: bool = False
 
 
 RECOVERS = ("ok", "ok")
@@ -308,6 +310,16 @@ MATRIX = [
     ),
     Fault("401", "[fail:401]", ("http 401",), ("Authentication",), fails_with="Authentication"),
     Fault("400", "[fail:400]", ("http 400",), ("BadRequest",), fails_with="BadRequest"),
+    # Every attempt a 500: the retry policy's backoff (1+2+4+8+16 s) runs out, then the
+    # subtask fails with the last attempt's classification. About 35 s.
+    Fault(
+        "500-until-attempts-run-out",
+        "[fail:500]",
+        ("http 500",) * policies.LLM_RETRY.maximum_attempts,
+        ("ServerError",) * policies.LLM_RETRY.maximum_attempts,
+        fails_with="ServerError",
+        exhausted=True,
+    ),
 ]
 
 
@@ -367,7 +379,7 @@ async def test_fault_is_retried_or_failed_as_classified(fh: FaultHarness, fault:
     assert [a.attempt for a in attempts] == attempt_numbers(fault.attempts)
     for a in attempts:
         if a.outcome != "ok":
-            assert a.retryable is (fault.fails_with is None), a
+            assert a.retryable is (fault.fails_with is None or fault.exhausted), a
     assert all(a.outcome == "ok" for a in fh.recorder.of(f"{plan.id}/healthy"))
     if fault.retry_after_s is not None:
         assert attempts[0].next_retry_delay == timedelta(seconds=fault.retry_after_s)
@@ -499,14 +511,16 @@ async def test_connection_refused_is_retried_as_connection_until_cancelled(
         assert len(failed) >= 2
         assert all(a.outcome == "Connection" and a.retryable for a in failed), attempts
         assert [a.attempt for a in failed] == list(range(1, len(failed) + 1))
-        # Nothing lost: the healthy result merged; the cancelled subtask's branch (not in
-        # the report: it names no session for a cancelled subtask) is closed, holds no
+        # Nothing lost: the healthy result merged; the cancelled subtask's branch (named
+        # in the report, with no answer stored: 0 calls, no usage) is closed, holds no
         # answer, and is still a request a strict provider would accept.
         base = await h.store.read(plan.session_id or "")
         assert [m.content for m in base] == [results["healthy"].result]
         healthy_branch = results["healthy"].session_id or ""
         assert_session_clean(await h.store.read(healthy_branch))
         faulty_branch = healthy_branch.replace(":healthy:", ":faulty:")
+        assert results["faulty"].session_id == faulty_branch
+        assert results["faulty"].llm_calls == 0 and results["faulty"].usage.total_tokens == 0
         assert (await h.store.get_session(faulty_branch)).ended
         branch = await h.store.read(faulty_branch)
         assert branch and not any(m.role == "assistant" for m in branch)
