@@ -88,6 +88,7 @@ PASSTHROUGH_MODULES = (
     "typing_inspection",
     "yaml",
     "workflows.policies",
+    "workflows.versions",
     "workflows.store_ops",
     "workflows.agent_loop",
 )
