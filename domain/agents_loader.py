@@ -26,7 +26,7 @@ import difflib
 import json
 import re
 import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -42,8 +42,8 @@ from domain.agents import (
 )
 from domain.text_formats import (
     QUOTE_LIMIT,
+    ProblemsError,
     TextFormatError,
-    duplicate_key_problems,
     one_line,
     parse_json,
     parse_yaml,
@@ -70,20 +70,8 @@ _FORMATS: Final[Mapping[str, str]] = {
 _BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")
 
 
-class AgentsFileError(ValueError):
+class AgentsFileError(ProblemsError):
     """Why an agents file was rejected: one human-readable line per problem."""
-
-    def __init__(self, problems: Iterable[str]) -> None:
-        self.problems: tuple[str, ...] = tuple(problems)
-        if not self.problems:
-            raise ValueError("AgentsFileError needs at least one problem")
-        super().__init__(*self.problems)
-
-    def __str__(self) -> str:
-        return "\n".join(self.problems)
-
-    def __reduce__(self) -> tuple[type[AgentsFileError], tuple[tuple[str, ...]]]:
-        return (type(self), (self.problems,))
 
 
 def is_valid_agent_name(value: str) -> bool:
@@ -198,13 +186,9 @@ def _parse_json(text: str, source: str) -> Any:
 
 def _parse_yaml(text: str, source: str) -> Any:
     try:
-        data, duplicates = parse_yaml(text, source)
+        return parse_yaml(text, source)
     except TextFormatError as err:
         raise AgentsFileError(err.problems) from None
-    if duplicates:
-        # Two ``coder:`` entries would otherwise quietly drop the first.
-        raise AgentsFileError(duplicate_key_problems(source, duplicates))
-    return data
 
 
 # --------------------------------------------------------------------------- building

@@ -19,7 +19,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -32,8 +32,8 @@ from domain.agents_catalog import BUILTIN_AGENTS
 from domain.models import Plan, Subtask
 from domain.scheduling import CYCLE_DISPLAY_LIMIT, find_cycles, format_cycle
 from domain.text_formats import (
+    ProblemsError,
     TextFormatError,
-    duplicate_key_problems,
     one_line,
     parse_json,
     parse_yaml,
@@ -62,20 +62,8 @@ _YAML_SUFFIXES: Final = (".yaml", ".yml")
 _SUGGESTION_BUDGET: Final = 50
 
 
-class PlanValidationError(ValueError):
+class PlanValidationError(ProblemsError):
     """Why a plan was rejected: one human-readable line per problem."""
-
-    def __init__(self, problems: Iterable[str]) -> None:
-        self.problems: tuple[str, ...] = tuple(problems)
-        if not self.problems:
-            raise ValueError("PlanValidationError needs at least one problem")
-        super().__init__(*self.problems)
-
-    def __str__(self) -> str:
-        return "\n".join(self.problems)
-
-    def __reduce__(self) -> tuple[type[PlanValidationError], tuple[tuple[str, ...]]]:
-        return (type(self), (self.problems,))
 
 
 def is_valid_id(value: str) -> bool:
@@ -144,12 +132,9 @@ def _parse_json(text: str, source: str) -> Any:
 
 def _parse_yaml(text: str, source: str) -> Any:
     try:
-        data, duplicates = parse_yaml(text, source)
+        return parse_yaml(text, source)
     except TextFormatError as err:
         raise PlanValidationError(err.problems) from None
-    if duplicates:  # as in JSON: two ``depends_on:`` keys must not quietly drop the first
-        raise PlanValidationError(duplicate_key_problems(source, duplicates))
-    return data
 
 
 # --------------------------------------------------------------------------- files

@@ -11,11 +11,28 @@ when YAML is actually parsed (workflow code imports the loaders but never parses
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import cache
 from typing import Any, Final
 
 QUOTE_LIMIT: Final = 60
+
+
+class ProblemsError(ValueError):
+    """A rejected input: one human-readable line per problem (never none), printable as
+    is and picklable (it crosses process and data-converter boundaries)."""
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems: tuple[str, ...] = tuple(problems)
+        if not self.problems:
+            raise ValueError(f"{type(self).__name__} needs at least one problem")
+        super().__init__(*self.problems)
+
+    def __str__(self) -> str:
+        return "\n".join(self.problems)
+
+    def __reduce__(self) -> tuple[type[ProblemsError], tuple[tuple[str, ...]]]:
+        return (type(self), (self.problems,))
 
 
 class TextFormatError(ValueError):
@@ -71,11 +88,8 @@ def parse_json(text: str, source: str) -> Any:
     return data
 
 
-def parse_yaml(text: str, source: str) -> tuple[Any, list[tuple[str, int]]]:
-    """One YAML document, and the mapping keys given twice in it (key, line).
-
-    Duplicates are returned, not refused: whether they are an error is the caller's call.
-    """
+def parse_yaml(text: str, source: str) -> Any:
+    """One YAML document, refusing duplicate keys (YAML would keep only the last, silently)."""
     import yaml
 
     loader: Any = None
@@ -98,16 +112,14 @@ def parse_yaml(text: str, source: str) -> tuple[Any, list[tuple[str, int]]]:
     finally:
         if loader is not None:
             loader.dispose()
-    return data, list(loader.duplicates)
-
-
-def duplicate_key_problems(source: str, duplicates: list[tuple[str, int]]) -> list[str]:
-    """One line per key a YAML mapping repeats (``parse_yaml``'s second result): a reader
-    would keep only the last, silently dropping what the author wrote first."""
-    return [
-        f"{source}: duplicate key {quote(key)} at line {line} (only the last would count)"
-        for key, line in duplicates
-    ]
+    if loader.duplicates:
+        raise TextFormatError(
+            [
+                f"{source}: duplicate key {quote(key)} at line {line} (only the last would count)"
+                for key, line in loader.duplicates
+            ]
+        )
+    return data
 
 
 def _yaml_problem(context: str | None, problem: str | None) -> str:
