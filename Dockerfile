@@ -7,6 +7,7 @@ COPY session_store ./session_store
 COPY workflows ./workflows
 COPY activities ./activities
 COPY starter ./starter
+COPY durable_plans ./durable_plans
 COPY examples ./examples
 RUN pip install --no-cache-dir '.[postgres]'
 ENV DPLAN_WORKSPACE=/workspace

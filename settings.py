@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from domain.models import Budget
+from durable_plans.domain.models import Budget
 
 SCRIPTED_MODEL = "scripted/demo"
 

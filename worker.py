@@ -26,12 +26,12 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.log import configure_logging, get_logger
-from domain.secrets import scrub_secrets
-from session_store import SessionStore
-from session_store.factory import describe_store_target, open_session_store
-from settings import Settings, SettingsError
-from starter.client import TemporalUnreachable, connect
+from durable_plans.activities.log import configure_logging, get_logger
+from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.session_store import SessionStore
+from durable_plans.session_store.factory import describe_store_target, open_session_store
+from durable_plans.settings import Settings, SettingsError
+from durable_plans.starter.client import TemporalUnreachable, connect
 
 __all__ = ["build_worker", "main", "run_worker", "safe_url"]
 
@@ -55,12 +55,12 @@ def build_worker(
     if workflows is None:
         # Imported on use: importing the workflow package loads every workflow module,
         # which a caller that passes its own (tests, tools) has no reason to pay for.
-        from workflows import ALL_WORKFLOWS
+        from durable_plans.workflows import ALL_WORKFLOWS
 
         workflows = ALL_WORKFLOWS
     if activities is None:
-        from activities.llm import import_litellm
-        from activities.registry import PlanActivities
+        from durable_plans.activities.llm import import_litellm
+        from durable_plans.activities.registry import PlanActivities
 
         # Imported now, not in the first LLM activity: the import takes seconds and
         # blocks the event loop, long enough to miss that activity's heartbeat timeout.
@@ -81,16 +81,16 @@ def build_worker(
 # model (and pydantic under it) and the workflows' own stateless helpers. Passing them
 # through keeps each new workflow's first task short; none of them holds mutable state.
 PASSTHROUGH_MODULES = (
-    "domain",
+    "durable_plans.domain",
     "pydantic",
     "pydantic_core",
     "annotated_types",
     "typing_inspection",
     "yaml",
-    "workflows.policies",
-    "workflows.versions",
-    "workflows.store_ops",
-    "workflows.agent_loop",
+    "durable_plans.workflows.policies",
+    "durable_plans.workflows.versions",
+    "durable_plans.workflows.store_ops",
+    "durable_plans.workflows.agent_loop",
 )
 
 

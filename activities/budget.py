@@ -7,9 +7,9 @@ charge is keyed by the message it paid for: a retried activity charges nothing t
 
 from __future__ import annotations
 
-from activities.llm_errors import LlmErrorClass, to_application_error
-from domain.models import Budget, Usage
-from session_store import SessionStore
+from durable_plans.activities.llm_errors import LlmErrorClass, to_application_error
+from durable_plans.domain.models import Budget, Usage
+from durable_plans.session_store import SessionStore
 
 
 async def ensure_within_budget(store: SessionStore, root: str, budget: Budget | None) -> None:

@@ -13,15 +13,15 @@ import json
 
 from temporalio import activity
 
-from activities.heartbeat import heartbeating
-from activities.orchestration_tools import ORCHESTRATION_REGISTRY, SwitchAgentArgs
-from activities.tool_registry import ToolResult
-from activities.tools import tool_message_id
-from domain.history import switch_agent_cleanup
-from domain.models import Message, SessionMeta, ToolCall
-from domain.plan_loader import PlanValidationError, plan_from_data
-from domain.secrets import scrub_secrets
-from domain.session_contracts import (
+from durable_plans.activities.heartbeat import heartbeating
+from durable_plans.activities.orchestration_tools import ORCHESTRATION_REGISTRY, SwitchAgentArgs
+from durable_plans.activities.tool_registry import ToolResult
+from durable_plans.activities.tools import tool_message_id
+from durable_plans.domain.history import switch_agent_cleanup
+from durable_plans.domain.models import Message, SessionMeta, ToolCall
+from durable_plans.domain.plan_loader import PlanValidationError, plan_from_data
+from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.domain.session_contracts import (
     ACT_ANSWER_TOOL,
     ACT_CHECK_PLAN,
     ACT_CHECK_SWITCH,
@@ -40,7 +40,7 @@ from domain.session_contracts import (
     SessionAppendInput,
     SwitchContextInput,
 )
-from session_store import SessionStore
+from durable_plans.session_store import SessionStore
 
 HISTORY_CONTENT_CHARS = 2000
 

@@ -10,20 +10,25 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from activities.budget import charge, ensure_within_budget
-from activities.heartbeat import heartbeating
-from activities.llm import import_litellm, message_from_response, usage_of
-from activities.llm_errors import classify_llm_error, to_application_error
-from activities.orchestration_tools import ORCHESTRATION_REGISTRY, DelegateArgs
-from activities.tool_registry import ToolResult
-from activities.tools import SUMMARY_CHARS, tool_message_id
-from domain.agents import DELEGATE_TOOL
-from domain.contracts import ACT_DELEGATE, DelegateInput, DelegateOutput, ToolCallOutput
-from domain.ids import message_id
-from domain.models import Message, Usage
-from domain.secrets import scrub_secrets
-from session_store import SessionStore
-from settings import Settings
+from durable_plans.activities.budget import charge, ensure_within_budget
+from durable_plans.activities.heartbeat import heartbeating
+from durable_plans.activities.llm import import_litellm, message_from_response, usage_of
+from durable_plans.activities.llm_errors import classify_llm_error, to_application_error
+from durable_plans.activities.orchestration_tools import ORCHESTRATION_REGISTRY, DelegateArgs
+from durable_plans.activities.tool_registry import ToolResult
+from durable_plans.activities.tools import SUMMARY_CHARS, tool_message_id
+from durable_plans.domain.agents import DELEGATE_TOOL
+from durable_plans.domain.contracts import (
+    ACT_DELEGATE,
+    DelegateInput,
+    DelegateOutput,
+    ToolCallOutput,
+)
+from durable_plans.domain.ids import message_id
+from durable_plans.domain.models import Message, Usage
+from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.session_store import SessionStore
+from durable_plans.settings import Settings
 
 SUBAGENT_SYSTEM_PROMPT = (
     "You are a fast helper working for another agent. You see only the task below (and "

@@ -17,19 +17,23 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.budget import charge, ensure_within_budget
-from activities.heartbeat import heartbeating
-from activities.llm_errors import LlmErrorClass, classify_llm_error, to_application_error
-from activities.orchestration_tools import tool_specs
-from activities.sessions import begin_branch, close_branch
-from activities.tool_registry import openai_tool_schemas
-from domain.contracts import ACT_CALL_LLM, LlmCallInput, LlmCallOutput, ToolCallRef
-from domain.ids import message_id
-from domain.models import FunctionCall, Message, ToolCall, Usage
-from domain.secrets import scrub_secrets, scrub_value
-from domain.tool_ids import assign_tool_call_ids, repair_tool_pairing
-from session_store import SessionStore
-from settings import Settings
+from durable_plans.activities.budget import charge, ensure_within_budget
+from durable_plans.activities.heartbeat import heartbeating
+from durable_plans.activities.llm_errors import (
+    LlmErrorClass,
+    classify_llm_error,
+    to_application_error,
+)
+from durable_plans.activities.orchestration_tools import tool_specs
+from durable_plans.activities.sessions import begin_branch, close_branch
+from durable_plans.activities.tool_registry import openai_tool_schemas
+from durable_plans.domain.contracts import ACT_CALL_LLM, LlmCallInput, LlmCallOutput, ToolCallRef
+from durable_plans.domain.ids import message_id
+from durable_plans.domain.models import FunctionCall, Message, ToolCall, Usage
+from durable_plans.domain.secrets import scrub_secrets, scrub_value
+from durable_plans.domain.tool_ids import assign_tool_call_ids, repair_tool_pairing
+from durable_plans.session_store import SessionStore
+from durable_plans.settings import Settings
 
 
 def import_litellm() -> Any:
@@ -37,7 +41,7 @@ def import_litellm() -> Any:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
-    from activities.scripted_model import register_scripted_provider
+    from durable_plans.activities.scripted_model import register_scripted_provider
 
     register_scripted_provider()
     litellm.suppress_debug_info = True

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from domain.secrets import scrub_secrets
+from durable_plans.domain.secrets import scrub_secrets
 
 if TYPE_CHECKING:
     from temporalio.exceptions import ApplicationError

@@ -24,7 +24,7 @@ import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 from temporalio import activity
 
-from domain.secrets import is_secret_label, scrub_value
+from durable_plans.domain.secrets import is_secret_label, scrub_value
 
 __all__ = [
     "activity_logger",

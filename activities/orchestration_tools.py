@@ -9,8 +9,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from activities.tool_registry import WORKSPACE_TOOLS, ToolArgs, ToolRegistry, ToolResult, ToolSpec
-from domain.agents import DELEGATE_TOOL, SPAWN_TOOL
+from durable_plans.activities.tool_registry import (
+    WORKSPACE_TOOLS,
+    ToolArgs,
+    ToolRegistry,
+    ToolResult,
+    ToolSpec,
+)
+from durable_plans.domain.agents import DELEGATE_TOOL, SPAWN_TOOL
 
 MAX_TASK_CHARS = 20_000
 MAX_CONTEXT_CHARS = 50_000

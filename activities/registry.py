@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from activities.conversation import ConversationActivities
-from activities.delegation import DelegationActivities
-from activities.llm import LlmActivities
-from activities.sessions import SessionActivities
-from activities.subagents import SubagentActivities
-from activities.tools import ToolActivities
-from session_store import SessionStore
-from settings import Settings
+from durable_plans.activities.conversation import ConversationActivities
+from durable_plans.activities.delegation import DelegationActivities
+from durable_plans.activities.llm import LlmActivities
+from durable_plans.activities.sessions import SessionActivities
+from durable_plans.activities.subagents import SubagentActivities
+from durable_plans.activities.tools import ToolActivities
+from durable_plans.session_store import SessionStore
+from durable_plans.settings import Settings
 
 
 class PlanActivities:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from activities.heartbeat import heartbeating
-from domain.contracts import (
+from durable_plans.activities.heartbeat import heartbeating
+from durable_plans.domain.contracts import (
     ACT_BEGIN_SUBTASK,
     ACT_BRANCH_SPEND,
     ACT_END_SUBTASK,
@@ -26,11 +26,11 @@ from domain.contracts import (
     EndSubtaskInput,
     MergeResultsInput,
 )
-from domain.history import DependencyResult, isolate_for_subtask, last_result
-from domain.ids import message_id
-from domain.models import Message, SessionMeta, Usage
-from domain.secrets import scrub_secrets
-from session_store import SessionNotFound, SessionStore
+from durable_plans.domain.history import DependencyResult, isolate_for_subtask, last_result
+from durable_plans.domain.ids import message_id
+from durable_plans.domain.models import Message, SessionMeta, Usage
+from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.session_store import SessionNotFound, SessionStore
 
 
 def merged_result_id(plan_run_id: str, subtask_id: str) -> str:

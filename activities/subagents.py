@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from activities.heartbeat import heartbeating
-from activities.orchestration_tools import ORCHESTRATION_REGISTRY, SpawnArgs
-from activities.tool_registry import ToolResult
-from activities.tools import tool_message_id
-from domain.agents import SPAWN_TOOL
-from domain.contracts import (
+from durable_plans.activities.heartbeat import heartbeating
+from durable_plans.activities.orchestration_tools import ORCHESTRATION_REGISTRY, SpawnArgs
+from durable_plans.activities.tool_registry import ToolResult
+from durable_plans.activities.tools import tool_message_id
+from durable_plans.domain.agents import SPAWN_TOOL
+from durable_plans.domain.contracts import (
     ACT_APPEND_NOTES,
     ACT_FINISH_SPAWN,
     ACT_PREPARE_SPAWN,
@@ -27,10 +27,10 @@ from domain.contracts import (
     PrepareSpawnInput,
     PrepareSpawnOutput,
 )
-from domain.ids import message_id, stable_id
-from domain.models import Message, SessionMeta
-from domain.secrets import scrub_secrets
-from session_store import SessionNotFound, SessionStore
+from durable_plans.domain.ids import message_id, stable_id
+from durable_plans.domain.models import Message, SessionMeta
+from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.session_store import SessionNotFound, SessionStore
 
 
 def child_session_id(parent_session_id: str, scope: str, turn: int, call_index: int) -> str:

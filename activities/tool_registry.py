@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from activities.workspace import MAX_PATH_CHARS, ToolRefused, Workspace
+from durable_plans.activities.workspace import MAX_PATH_CHARS, ToolRefused, Workspace
 
 ContextT = TypeVar("ContextT")
 ArgsT = TypeVar("ArgsT", bound=BaseModel)

@@ -12,16 +12,16 @@ import asyncio
 
 from temporalio import activity
 
-from activities.heartbeat import heartbeating
-from activities.orchestration_tools import ALL_TOOL_SPECS
-from activities.tool_registry import ToolResult, execute_workspace_tool
-from activities.workspace import Workspace
-from domain.contracts import ACT_RUN_TOOL, ToolCallInput, ToolCallOutput
-from domain.ids import message_id
-from domain.models import Message
-from domain.secrets import scrub_secrets
-from session_store import SessionStore
-from settings import Settings
+from durable_plans.activities.heartbeat import heartbeating
+from durable_plans.activities.orchestration_tools import ALL_TOOL_SPECS
+from durable_plans.activities.tool_registry import ToolResult, execute_workspace_tool
+from durable_plans.activities.workspace import Workspace
+from durable_plans.domain.contracts import ACT_RUN_TOOL, ToolCallInput, ToolCallOutput
+from durable_plans.domain.ids import message_id
+from durable_plans.domain.models import Message
+from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.session_store import SessionStore
+from durable_plans.settings import Settings
 
 SUMMARY_CHARS = 160
 MAX_TOOL_RESULT_CHARS = 64_000

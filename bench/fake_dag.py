@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from domain.history import DependencyResult, format_dependency_context
-from domain.models import Plan, Subtask, SubtaskStatus
-from domain.scheduling import ready_subtasks
+from durable_plans.domain.history import DependencyResult, format_dependency_context
+from durable_plans.domain.models import Plan, Subtask, SubtaskStatus
+from durable_plans.domain.scheduling import ready_subtasks
 
 
 @dataclass(frozen=True)
@@ -144,14 +144,14 @@ class LitellmAgent:
     async def __call__(self, subtask: Subtask, deps: Sequence[DependencyResult]) -> StepOutcome:
         # Imported here, like the activities do: litellm's import is slow and this module
         # must stay importable (and testable) without paying it up front.
-        from activities.llm import import_litellm
-        from activities.tool_registry import (
+        from durable_plans.activities.llm import import_litellm
+        from durable_plans.activities.tool_registry import (
             WORKSPACE_TOOLS,
             execute_workspace_tool,
             openai_tool_schemas,
         )
-        from activities.workspace import Workspace
-        from domain.agents import agent_spec
+        from durable_plans.activities.workspace import Workspace
+        from durable_plans.domain.agents import agent_spec
 
         litellm = import_litellm()
         spec = agent_spec(subtask.agent)

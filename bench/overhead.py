@@ -55,14 +55,14 @@ from temporalio.testing import WorkflowEnvironment
 
 from bench.fake_dag import LitellmAgent, run_dag
 from bench.temporal_floor import floor_worker, run_temporal_floor
-from domain.contracts import ACT_CALL_LLM, ACT_MERGE_RESULTS, PlanInput
-from domain.models import Plan, PlanReport, PlanStatus, Subtask
-from domain.scheduling import critical_path_length
-from session_store.factory import open_session_store
-from settings import Settings
-from starter.embedded import temporal_binary
+from durable_plans.domain.contracts import ACT_CALL_LLM, ACT_MERGE_RESULTS, PlanInput
+from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
+from durable_plans.domain.scheduling import critical_path_length
+from durable_plans.session_store.factory import open_session_store
+from durable_plans.settings import Settings
+from durable_plans.starter.embedded import temporal_binary
+from durable_plans.worker import build_worker
 from tests.support.fake_provider import FakeProvider
-from worker import build_worker
 
 MODEL = "openai/fake-model"
 FAKE_KEY = "sk-bench-fake-000000000000000000000000000"  # the fake provider checks no key

@@ -49,13 +49,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 
-from activities.scripted_model import LATENCY_ENV, SCRIPTED_MODEL
-from domain.contracts import PlanInput
-from domain.models import Plan, PlanReport, PlanStatus, Subtask
-from session_store.factory import open_session_store
-from settings import Settings
-from starter.embedded import temporal_binary
-from worker import build_worker
+from durable_plans.activities.scripted_model import LATENCY_ENV, SCRIPTED_MODEL
+from durable_plans.domain.contracts import PlanInput
+from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
+from durable_plans.session_store.factory import open_session_store
+from durable_plans.settings import Settings
+from durable_plans.starter.embedded import temporal_binary
+from durable_plans.worker import build_worker
 
 CHAIN_LENGTH = 10
 BIG_MAX_PARALLEL = 100

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from domain.models import FunctionCall, Message, SessionMeta, ToolCall
-from session_store import SessionStore
-from session_store.factory import describe_store_target
-from session_store.postgres import PostgresSessionStore
-from session_store.sqlite import SqliteSessionStore
+from durable_plans.domain.models import FunctionCall, Message, SessionMeta, ToolCall
+from durable_plans.session_store import SessionStore
+from durable_plans.session_store.factory import describe_store_target
+from durable_plans.session_store.postgres import PostgresSessionStore
+from durable_plans.session_store.sqlite import SqliteSessionStore
 
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 _VOCABULARY = (

@@ -32,7 +32,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 if TYPE_CHECKING:
-    from domain.models import Plan
+    from durable_plans.domain.models import Plan
 
 __all__ = [
     "FloorNode",
@@ -163,7 +163,7 @@ class FloorPlanWorkflow:
 def floor_worker(client: Client, task_queue: str) -> Worker:
     """A worker for the skeleton, on the project's own sandboxed runner, so both pay the
     same sandbox cost per workflow run."""
-    from worker import workflow_runner
+    from durable_plans.worker import workflow_runner
 
     return Worker(
         client,

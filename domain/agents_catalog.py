@@ -10,6 +10,6 @@ from __future__ import annotations
 
 from typing import Final
 
-from domain.agents import BUILTIN_AGENT_NAMES
+from durable_plans.domain.agents import BUILTIN_AGENT_NAMES
 
 BUILTIN_AGENTS: Final[frozenset[str]] = frozenset(BUILTIN_AGENT_NAMES)

@@ -32,7 +32,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from domain.agents import (
+from durable_plans.domain.agents import (
     BUILTIN_CATALOG,
     KNOWN_TOOL_NAMES,
     MAX_TURNS,
@@ -40,7 +40,7 @@ from domain.agents import (
     AgentCatalog,
     AgentSpec,
 )
-from domain.text_formats import (
+from durable_plans.domain.text_formats import (
     QUOTE_LIMIT,
     ProblemsError,
     TextFormatError,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.agents import AgentSpec
-from domain.models import Budget, Plan, Subtask, SubtaskResult, Usage
+from durable_plans.domain.agents import AgentSpec
+from durable_plans.domain.models import Budget, Plan, Subtask, SubtaskResult, Usage
 
 # Activity names are part of recorded histories: renaming one breaks replay.
 ACT_BEGIN_SUBTASK = "begin_subtask"

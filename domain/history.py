@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt
 
-from domain.models import Message
+from durable_plans.domain.models import Message
 
 __all__ = [
     "DEPENDENCY_CONTEXT_HEADER",

@@ -28,10 +28,10 @@ from typing import Any, Final
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
-from domain.agents_catalog import BUILTIN_AGENTS
-from domain.models import Plan, Subtask
-from domain.scheduling import CYCLE_DISPLAY_LIMIT, find_cycles, format_cycle
-from domain.text_formats import (
+from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
+from durable_plans.domain.models import Plan, Subtask
+from durable_plans.domain.scheduling import CYCLE_DISPLAY_LIMIT, find_cycles, format_cycle
+from durable_plans.domain.text_formats import (
     ProblemsError,
     TextFormatError,
     one_line,

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from domain.models import Plan, SubtaskStatus
+from durable_plans.domain.models import Plan, SubtaskStatus
 
 # A dependency that ended in one of these can never be satisfied.
 DEAD_STATUSES: frozenset[SubtaskStatus] = frozenset(

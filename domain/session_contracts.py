@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.agents import AgentSpec
-from domain.models import Budget, Message, PlanStatus, Usage
+from durable_plans.domain.agents import AgentSpec
+from durable_plans.domain.models import Budget, Message, PlanStatus, Usage
 
 SESSION_WORKFLOW = "SessionWorkflow"
 UPDATE_SEND_MESSAGE = "send_message"

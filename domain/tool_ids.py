@@ -18,8 +18,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from domain.ids import stable_id
-from domain.models import Message, ToolCall
+from durable_plans.domain.ids import stable_id
+from durable_plans.domain.models import Message, ToolCall
 
 __all__ = [
     "MISSING_RESULT",

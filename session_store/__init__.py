@@ -1,6 +1,6 @@
 """Session stores: where conversations live, so workflow payloads carry only ids."""
 
-from session_store.base import (
+from durable_plans.session_store.base import (
     MessageIdRequired,
     SessionNotFound,
     SessionStore,

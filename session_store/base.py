@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from domain.models import Message, SessionMeta, Usage
+from durable_plans.domain.models import Message, SessionMeta, Usage
 
 
 class SessionStoreError(Exception):

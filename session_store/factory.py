@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from session_store.base import SessionStore
+from durable_plans.session_store.base import SessionStore
 
 ENV_VAR = "DPLAN_SESSION_STORE"
 DEFAULT_TARGET = ".dplan/sessions.db"
@@ -58,14 +58,14 @@ async def open_session_store(target: str | None = None) -> SessionStore:
     scheme = _scheme(resolved)
     if scheme in _POSTGRES_SCHEMES:
         # Imported here: asyncpg is an optional dependency the SQLite default never needs.
-        from session_store.postgres import PostgresSessionStore
+        from durable_plans.session_store.postgres import PostgresSessionStore
 
         dsn, schema = split_postgres_target(resolved)
         if schema is None:
             return await PostgresSessionStore.open(dsn)
         return await PostgresSessionStore.open(dsn, schema=schema)
     if scheme is None or scheme == "sqlite":
-        from session_store.sqlite import SqliteSessionStore
+        from durable_plans.session_store.sqlite import SqliteSessionStore
 
         return await SqliteSessionStore.open(sqlite_path(resolved))
     raise ValueError(

@@ -28,9 +28,9 @@ from typing import Any
 
 import aiosqlite
 
-from domain.models import Message, SessionMeta, Usage
-from session_store import _codec
-from session_store.base import (
+from durable_plans.domain.models import Message, SessionMeta, Usage
+from durable_plans.session_store import _codec
+from durable_plans.session_store.base import (
     SessionNotFound,
     SessionStoreError,
     SnapshotNotFound,

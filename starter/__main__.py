@@ -1,7 +1,7 @@
-"""``python -m starter``: the same command line as the ``dplan`` console script."""
+"""``python -m durable_plans.starter``: the same command line as the ``dplan`` console script."""
 
 from __future__ import annotations
 
-from starter.cli import console_main
+from durable_plans.starter.cli import console_main
 
 console_main()

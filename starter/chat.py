@@ -47,11 +47,11 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.log import ensure_logging
-from domain.agents import AgentCatalog
-from domain.models import Message, PlanStatus
-from domain.plan_loader import ID_PATTERN, ID_RULE
-from domain.session_contracts import (
+from durable_plans.activities.log import ensure_logging
+from durable_plans.domain.agents import AgentCatalog
+from durable_plans.domain.models import Message, PlanStatus
+from durable_plans.domain.plan_loader import ID_PATTERN, ID_RULE
+from durable_plans.domain.session_contracts import (
     QUERY_EVENTS,
     QUERY_STATE,
     SESSION_WORKFLOW,
@@ -72,19 +72,19 @@ from domain.session_contracts import (
     SwitchAgentInput,
     session_workflow_id,
 )
-from settings import Settings
-from starter.client import (
+from durable_plans.settings import Settings
+from durable_plans.starter.client import (
     PlanClientError,
     TemporalUnreachable,
     query_status,
 )
-from starter.embedded import (
+from durable_plans.starter.embedded import (
     EmbeddedServerError,
     WorkerDied,
 )
 
 # One wording for the notes every client command prints (same package, shared on purpose).
-from starter.run_command import (
+from durable_plans.starter.run_command import (
     Connection,
     open_connection,
     resolve_catalog,

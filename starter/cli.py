@@ -16,11 +16,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from domain.agents import BUILTIN_CATALOG
-from domain.agents_loader import AgentsFileError, load_agents_file
-from domain.models import Plan
-from domain.plan_loader import PlanValidationError, plan_from_data, read_plan_file
-from domain.scheduling import critical_path_length
+from durable_plans.domain.agents import BUILTIN_CATALOG
+from durable_plans.domain.agents_loader import AgentsFileError, load_agents_file
+from durable_plans.domain.models import Plan
+from durable_plans.domain.plan_loader import PlanValidationError, plan_from_data, read_plan_file
+from durable_plans.domain.scheduling import critical_path_length
 
 EXIT_OK = 0
 EXIT_INVALID = 2
@@ -138,7 +138,7 @@ def _add_run_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
 def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from starter.run_command import run_plan
+    from durable_plans.starter.run_command import run_plan
 
     try:
         return asyncio.run(
@@ -162,7 +162,7 @@ def _add_status_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
 def cmd_status(args: argparse.Namespace) -> int:
     import asyncio
 
-    from starter.run_command import status_command
+    from durable_plans.starter.run_command import status_command
 
     try:
         return asyncio.run(status_command(args.plan_id, json_output=args.json))
@@ -205,7 +205,7 @@ def _add_chat_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 def cmd_chat(args: argparse.Namespace) -> int:
     import asyncio
 
-    from starter.chat import chat
+    from durable_plans.starter.chat import chat
 
     try:
         return asyncio.run(chat(args.session, embedded=args.embedded, agent=args.agent))
@@ -239,7 +239,7 @@ def _add_plan_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 def cmd_plan(args: argparse.Namespace) -> int:
     import asyncio
 
-    from starter.plan_command import plan_goal_command
+    from durable_plans.starter.plan_command import plan_goal_command
 
     try:
         return asyncio.run(
@@ -306,7 +306,7 @@ def _add_replay_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
 def cmd_replay(args: argparse.Namespace) -> int:
     import asyncio
 
-    from starter.replay_command import replay_command
+    from durable_plans.starter.replay_command import replay_command
 
     parser: argparse.ArgumentParser = args.parser
     if args.file:
@@ -364,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def console_main() -> None:
-    """Entry point of the ``dplan`` console script and ``python -m starter``.
+    """Entry point of the ``dplan`` console script and ``python -m durable_plans.starter``.
 
     Exits with ``os._exit`` once output is flushed: the Temporal SDK's native threads can
     abort the interpreter's normal finalization (sdk-python#300), which would turn a

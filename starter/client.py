@@ -36,11 +36,11 @@ from temporalio.exceptions import (
 from temporalio.exceptions import TimeoutError as WorkflowTimeoutError
 from temporalio.service import RPCError, RPCStatusCode
 
-from domain.agents import AgentCatalog
-from domain.contracts import PlanInput
-from domain.models import Plan, PlanReport, SubtaskStatus
-from domain.secrets import scrub_secrets
-from settings import Settings
+from durable_plans.domain.agents import AgentCatalog
+from durable_plans.domain.contracts import PlanInput
+from durable_plans.domain.models import Plan, PlanReport, SubtaskStatus
+from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.settings import Settings
 
 __all__ = [
     "PLAN_WORKFLOW",

@@ -32,11 +32,11 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from activities.log import get_logger
-from session_store import SessionStore
-from settings import Settings
-from starter.client import ui_base_for
-from worker import build_worker
+from durable_plans.activities.log import get_logger
+from durable_plans.session_store import SessionStore
+from durable_plans.settings import Settings
+from durable_plans.starter.client import ui_base_for
+from durable_plans.worker import build_worker
 
 __all__ = [
     "EmbeddedServerError",

@@ -22,12 +22,16 @@ from pydantic import ValidationError
 from rich.console import Console
 from temporalio.service import RPCError
 
-from activities.log import ensure_logging
-from domain.agents import AgentCatalog
-from domain.models import PlanReport, PlanStatus
-from domain.session_contracts import UPDATE_PLAN_GOAL, PlanGoalInput, SendMessageResult
-from settings import Settings
-from starter.chat import (
+from durable_plans.activities.log import ensure_logging
+from durable_plans.domain.agents import AgentCatalog
+from durable_plans.domain.models import PlanReport, PlanStatus
+from durable_plans.domain.session_contracts import (
+    UPDATE_PLAN_GOAL,
+    PlanGoalInput,
+    SendMessageResult,
+)
+from durable_plans.settings import Settings
+from durable_plans.starter.chat import (
     EXIT_FAILED,
     EXIT_INVALID,
     EXIT_OK,
@@ -37,16 +41,16 @@ from starter.chat import (
     new_session_id,
     session_update,
 )
-from starter.client import (
+from durable_plans.starter.client import (
     PlanClientError,
     TemporalUnreachable,
     query_status,
     wait_for_report,
     web_url,
 )
-from starter.embedded import EmbeddedServerError, WorkerDied
-from starter.progress import follow_progress, report_renderable
-from starter.run_command import (
+from durable_plans.starter.embedded import EmbeddedServerError, WorkerDied
+from durable_plans.starter.progress import follow_progress, report_renderable
+from durable_plans.starter.run_command import (
     Connection,
     open_connection,
     resolve_catalog,

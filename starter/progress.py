@@ -23,7 +23,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from domain.models import Plan, PlanReport, PlanStatus, SubtaskResult, SubtaskStatus
+from durable_plans.domain.models import Plan, PlanReport, PlanStatus, SubtaskResult, SubtaskStatus
 
 __all__ = [
     "StatusFn",

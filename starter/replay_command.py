@@ -32,8 +32,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from settings import Settings, SettingsError
-from starter.client import TemporalUnreachable, connect
+from durable_plans.settings import Settings, SettingsError
+from durable_plans.starter.client import TemporalUnreachable, connect
 
 __all__ = [
     "EXIT_FAILED",
@@ -282,7 +282,7 @@ async def collect_runs(
 def make_replayer(workflows: Sequence[type] | None = None) -> Replayer:
     """The Replayer a worker would be: the same workflows, the same payload converter."""
     if workflows is None:
-        from workflows import ALL_WORKFLOWS
+        from durable_plans.workflows import ALL_WORKFLOWS
 
         workflows = ALL_WORKFLOWS
     return Replayer(workflows=list(workflows), data_converter=pydantic_data_converter)

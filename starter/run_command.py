@@ -21,14 +21,14 @@ from typing import Any, TypeVar
 from rich.console import Console
 from temporalio.client import Client
 
-from activities.log import ensure_logging
-from domain.agents import AgentCatalog
-from domain.agents_loader import AgentsFileError, load_catalog
-from domain.models import Plan, PlanReport, PlanStatus
-from domain.plan_loader import PlanValidationError, load_plan_file
-from session_store.factory import open_session_store
-from settings import Settings, SettingsError
-from starter.client import (
+from durable_plans.activities.log import ensure_logging
+from durable_plans.domain.agents import AgentCatalog
+from durable_plans.domain.agents_loader import AgentsFileError, load_catalog
+from durable_plans.domain.models import Plan, PlanReport, PlanStatus
+from durable_plans.domain.plan_loader import PlanValidationError, load_plan_file
+from durable_plans.session_store.factory import open_session_store
+from durable_plans.settings import Settings, SettingsError
+from durable_plans.starter.client import (
     InvalidPlanError,
     PlanAlreadyRunning,
     PlanClientError,
@@ -42,7 +42,7 @@ from starter.client import (
     web_url,
     worker_count,
 )
-from starter.embedded import (
+from durable_plans.starter.embedded import (
     EmbeddedServerError,
     EmbeddedTemporal,
     RunningWorker,
@@ -50,7 +50,7 @@ from starter.embedded import (
     is_reachable,
     run_in_process_worker,
 )
-from starter.progress import follow_progress, report_renderable
+from durable_plans.starter.progress import follow_progress, report_renderable
 
 T = TypeVar("T")
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from session_store import SessionStore
-from session_store.factory import describe_store_target, open_session_store
+from durable_plans.session_store import SessionStore
+from durable_plans.session_store.factory import describe_store_target, open_session_store
 
 PG_DSN_ENV = "DPLAN_TEST_PG_DSN"
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"

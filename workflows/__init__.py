@@ -17,9 +17,9 @@ __all__ = ["ALL_WORKFLOWS"]
 
 def __getattr__(name: str) -> Any:
     if name == "ALL_WORKFLOWS":
-        from workflows.plan import PlanWorkflow
-        from workflows.session import SessionWorkflow
-        from workflows.subtask import SubtaskWorkflow
+        from durable_plans.workflows.plan import PlanWorkflow
+        from durable_plans.workflows.session import SessionWorkflow
+        from durable_plans.workflows.subtask import SubtaskWorkflow
 
         return [PlanWorkflow, SubtaskWorkflow, SessionWorkflow]
     raise AttributeError(f"module 'workflows' has no attribute {name!r}")

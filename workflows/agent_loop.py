@@ -21,8 +21,8 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from domain.agents import DELEGATE_TOOL, SPAWN_TOOL, AgentCatalog, AgentSpec
-    from domain.contracts import (
+    from durable_plans.domain.agents import DELEGATE_TOOL, SPAWN_TOOL, AgentCatalog, AgentSpec
+    from durable_plans.domain.contracts import (
         ACT_APPEND_NOTES,
         ACT_CALL_LLM,
         ACT_DELEGATE,
@@ -45,10 +45,10 @@ with workflow.unsafe.imports_passed_through():
         ToolCallOutput,
         ToolCallRef,
     )
-    from domain.models import Budget, Subtask, Usage
+    from durable_plans.domain.models import Budget, Subtask, Usage
 
-from workflows import policies, versions
-from workflows.store_ops import store_op
+from durable_plans.workflows import policies, versions
+from durable_plans.workflows.store_ops import store_op
 
 # A workflow's own tool: (assistant message id, turn, call index, call) → a note for the
 # session, or None. It must write the tool result itself (through an activity).
@@ -207,7 +207,9 @@ class AgentLoop:
 
     async def _spawn(self, message_id: str, index: int, ref: ToolCallRef) -> str | None:
         """A nested SubtaskWorkflow in its own child session; its summary is the result."""
-        from workflows.subtask import SubtaskWorkflow  # the loop is part of that workflow
+        from durable_plans.workflows.subtask import (
+            SubtaskWorkflow,  # the loop is part of that workflow
+        )
 
         turn = self.turn
         prep: PrepareSpawnOutput = await store_op(

@@ -25,8 +25,8 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from domain.agents import BUILTIN_CATALOG, MAX_TURNS, AgentCatalog
-    from domain.contracts import (
+    from durable_plans.domain.agents import BUILTIN_CATALOG, MAX_TURNS, AgentCatalog
+    from durable_plans.domain.contracts import (
         ACT_BRANCH_SPEND,
         ACT_MERGE_RESULTS,
         BranchSpendInput,
@@ -36,8 +36,8 @@ with workflow.unsafe.imports_passed_through():
         SubtaskFailureDetails,
         SubtaskInput,
     )
-    from domain.ids import stable_id
-    from domain.models import (
+    from durable_plans.domain.ids import stable_id
+    from durable_plans.domain.models import (
         ErrorInfo,
         Plan,
         PlanReport,
@@ -46,12 +46,12 @@ with workflow.unsafe.imports_passed_through():
         SubtaskStatus,
         Usage,
     )
-    from domain.plan_loader import validate_plan
-    from domain.scheduling import blocked_by_failure, ready_subtasks
+    from durable_plans.domain.plan_loader import validate_plan
+    from durable_plans.domain.scheduling import blocked_by_failure, ready_subtasks
 
-from workflows import versions
-from workflows.store_ops import store_op
-from workflows.subtask import SubtaskWorkflow, branch_session_id
+from durable_plans.workflows import versions
+from durable_plans.workflows.store_ops import store_op
+from durable_plans.workflows.subtask import SubtaskWorkflow, branch_session_id
 
 MAX_RESULT_EXCERPT = 4000
 PAYLOAD_BUDGET_CHARS = 400_000  # carried results stay far below the 512 KiB warning

@@ -27,11 +27,11 @@ from temporalio.exceptions import (
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from domain.agents import BUILTIN_CATALOG, AgentCatalog
-    from domain.contracts import PlanInput, ToolCallRef
-    from domain.ids import message_id, stable_id
-    from domain.models import Message, Plan, PlanReport, PlanStatus
-    from domain.session_contracts import (
+    from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
+    from durable_plans.domain.contracts import PlanInput, ToolCallRef
+    from durable_plans.domain.ids import message_id, stable_id
+    from durable_plans.domain.models import Message, Plan, PlanReport, PlanStatus
+    from durable_plans.domain.session_contracts import (
         ACT_ANSWER_TOOL,
         ACT_CHECK_PLAN,
         ACT_CHECK_SWITCH,
@@ -61,8 +61,8 @@ with workflow.unsafe.imports_passed_through():
         SwitchContextInput,
     )
 
-from workflows.agent_loop import AgentLoop, CustomTool, LoopFailed
-from workflows.store_ops import store_op
+from durable_plans.workflows.agent_loop import AgentLoop, CustomTool, LoopFailed
+from durable_plans.workflows.store_ops import store_op
 
 PLAN_AGENT = "orchestrator"
 

@@ -14,8 +14,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from domain.agents import BUILTIN_CATALOG, AgentCatalog
-    from domain.contracts import (
+    from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
+    from durable_plans.domain.contracts import (
         ACT_BEGIN_SUBTASK,
         ACT_END_SUBTASK,
         BeginSubtaskInput,
@@ -25,11 +25,11 @@ with workflow.unsafe.imports_passed_through():
         SubtaskInput,
         SubtaskOutcome,
     )
-    from domain.ids import snapshot_id
+    from durable_plans.domain.ids import snapshot_id
 
-from workflows import versions
-from workflows.agent_loop import AgentLoop, LoopFailed
-from workflows.store_ops import store_op
+from durable_plans.workflows import versions
+from durable_plans.workflows.agent_loop import AgentLoop, LoopFailed
+from durable_plans.workflows.store_ops import store_op
 
 
 def branch_session_id(base_session_id: str, plan_run_id: str, subtask_id: str) -> str:

@@ -30,9 +30,9 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from domain.contracts import PlanInput
-from domain.models import Plan, PlanReport, PlanStatus, Subtask
-from domain.session_contracts import (
+from durable_plans.domain.contracts import PlanInput
+from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
+from durable_plans.domain.session_contracts import (
     AgentSwitchResult,
     SendMessageInput,
     SendMessageResult,
@@ -41,13 +41,13 @@ from domain.session_contracts import (
     SwitchAgentInput,
     session_workflow_id,
 )
-from session_store.factory import open_session_store
-from settings import Settings
-from starter.replay_command import RunHistory, collect_runs, replay_runs, save_runs
+from durable_plans.session_store.factory import open_session_store
+from durable_plans.settings import Settings
+from durable_plans.starter.replay_command import RunHistory, collect_runs, replay_runs, save_runs
+from durable_plans.worker import build_worker
 from tests.integration.plans import run_plan
 from tests.integration.workers import WorkerProcess
 from tests.support.fake_provider import FakeProvider, FakeProviderProcess
-from worker import build_worker
 
 HISTORIES = Path(__file__).resolve().parent
 # Each workflow shape that runs may still be in flight keeps its own directory; a change

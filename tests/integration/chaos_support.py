@@ -42,11 +42,12 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
-from activities.sessions import merged_result_id
-from domain.ids import snapshot_id, stable_id
-from domain.models import Message, Plan, PlanReport, PlanStatus, SubtaskStatus
-from domain.tool_ids import strict_violations
-from session_store.factory import open_session_store
+from durable_plans.activities.sessions import merged_result_id
+from durable_plans.domain.ids import snapshot_id, stable_id
+from durable_plans.domain.models import Message, Plan, PlanReport, PlanStatus, SubtaskStatus
+from durable_plans.domain.tool_ids import strict_violations
+from durable_plans.session_store.factory import open_session_store
+from durable_plans.workflows.plan import default_session_id
 from tests.integration.conftest import FAKE_KEY
 from tests.integration.plans import make_plan
 from tests.integration.replay import assert_replays
@@ -60,7 +61,6 @@ from tests.support.fake_scenario import (
     ToolCallSpec,
     strip_directives,
 )
-from workflows.plan import default_session_id
 
 # An answer the provider delivered this shortly before a SIGKILL may still have been on
 # the wire, or between the HTTP read and the store write, when the process died: it is
@@ -253,10 +253,10 @@ def _worker_main() -> None:
       killed worker's tasks are timing out anyway, not after, which keeps the suite short.
     """
     logging.getLogger(ACTIVITY_LOGGER).setLevel(logging.DEBUG)
-    from activities.llm import import_litellm
+    from durable_plans.activities.llm import import_litellm
 
     import_litellm()
-    import worker
+    from durable_plans import worker
 
     worker.main(["--log-level", "INFO"])
 

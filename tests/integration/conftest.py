@@ -21,11 +21,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from session_store import SessionStore
-from session_store.factory import open_session_store
-from settings import Settings
+from durable_plans.session_store import SessionStore
+from durable_plans.session_store.factory import open_session_store
+from durable_plans.settings import Settings
+from durable_plans.worker import build_worker
 from tests.support.fake_provider import FakeProvider
-from worker import build_worker
 
 FAKE_KEY = "sk-test-fake-0000000000000000000000000000"
 

@@ -10,8 +10,8 @@ from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from domain.contracts import PlanInput
-from domain.models import Plan, PlanReport, Subtask
+from durable_plans.domain.contracts import PlanInput
+from durable_plans.domain.models import Plan, PlanReport, Subtask
 
 
 def make_plan(

@@ -12,7 +12,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from workflows import ALL_WORKFLOWS
+from durable_plans.workflows import ALL_WORKFLOWS
 
 
 async def assert_replays(client: Client, workflow_ids: Iterable[str]) -> int:

@@ -7,9 +7,9 @@ import itertools
 import pytest
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
 
-from domain.agents import BUILTIN_CATALOG, AgentSpec
-from domain.contracts import MAX_SUBAGENT_DEPTH, SubtaskOutcome
-from domain.models import Budget, PlanStatus, SubtaskStatus, Usage
+from durable_plans.domain.agents import BUILTIN_CATALOG, AgentSpec
+from durable_plans.domain.contracts import MAX_SUBAGENT_DEPTH, SubtaskOutcome
+from durable_plans.domain.models import Budget, PlanStatus, SubtaskStatus, Usage
 from tests.integration.conftest import Harness
 from tests.integration.plans import by_id, make_plan, run_plan, workflow_status
 from tests.integration.replay import assert_replays

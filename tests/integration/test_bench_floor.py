@@ -17,7 +17,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from bench.temporal_floor import floor_worker, run_temporal_floor
-from domain.models import Plan, Subtask
+from durable_plans.domain.models import Plan, Subtask
 
 pytestmark = pytest.mark.integration
 

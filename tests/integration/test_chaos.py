@@ -30,11 +30,12 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from domain.contracts import ACT_CALL_LLM, ACT_RUN_TOOL, PlanInput
-from domain.ids import snapshot_id
-from domain.models import FunctionCall, Message, PlanReport, SessionMeta, ToolCall
-from session_store import SessionNotFound
-from session_store.factory import open_session_store
+from durable_plans.domain.contracts import ACT_CALL_LLM, ACT_RUN_TOOL, PlanInput
+from durable_plans.domain.ids import snapshot_id
+from durable_plans.domain.models import FunctionCall, Message, PlanReport, SessionMeta, ToolCall
+from durable_plans.session_store import SessionNotFound
+from durable_plans.session_store.factory import open_session_store
+from durable_plans.workflows.subtask import branch_session_id
 from tests.integration.chaos_support import (
     TEMP_SUFFIX,
     ChaosWorker,
@@ -53,7 +54,6 @@ from tests.integration.chaos_support import (
 )
 from tests.integration.plans import make_plan
 from tests.support.fake_provider import FakeProviderProcess
-from workflows.subtask import branch_session_id
 
 pytestmark = pytest.mark.integration
 

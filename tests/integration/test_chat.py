@@ -29,8 +29,8 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from domain.models import PlanReport, PlanStatus
-from domain.session_contracts import SessionState, session_workflow_id
+from durable_plans.domain.models import PlanReport, PlanStatus
+from durable_plans.domain.session_contracts import SessionState, session_workflow_id
 from tests.integration.conftest import FAKE_KEY
 from tests.integration.workers import REPO_ROOT, WorkerProcess
 from tests.support.fake_provider import FakeProviderProcess
@@ -50,7 +50,7 @@ class Stack:
 
 @pytest.fixture
 async def stack(temporal_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
-    """A fake provider and a `python -m worker` on a queue of this test's own."""
+    """A fake provider and a `python -m durable_plans.worker` on a queue of this test's own."""
     provider = FakeProviderProcess(tmp_path / "provider.jsonl")
     provider.start()
     workspace = tmp_path / "workspace"
@@ -82,11 +82,11 @@ def _cli_env(stack: Stack, **extra: str) -> dict[str, str]:
 
 
 async def run_cli(stack: Stack, args: list[str], stdin: str = "") -> tuple[int, str, str]:
-    """`python -m starter ARGS` with ``stdin`` piped in; (exit code, stdout, stderr)."""
+    """`python -m durable_plans.starter ARGS` with ``stdin`` piped in: (exit, stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "starter",
+        "durable_plans.starter",
         *args,
         cwd=REPO_ROOT,
         env=_cli_env(stack),
@@ -237,7 +237,7 @@ async def test_chat_on_a_pseudo_terminal(stack: Stack) -> None:
 
 
 def _spawn_on_pty(args: list[str], env: dict[str, str]) -> tuple[int, subprocess.Popen[bytes]]:
-    """`python -m starter ARGS` with a new pseudo-terminal as its controlling terminal
+    """`python -m durable_plans.starter ARGS` with a new pseudo-terminal as its controlling terminal
     (so Ctrl-C typed into it is a SIGINT); returns the master fd and the process."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
@@ -246,7 +246,7 @@ def _spawn_on_pty(args: list[str], env: dict[str, str]) -> tuple[int, subprocess
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "starter", *args],
+        [sys.executable, "-m", "durable_plans.starter", *args],
         cwd=REPO_ROOT,
         env=env,
         stdin=slave,

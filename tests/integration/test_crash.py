@@ -12,9 +12,9 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from domain.contracts import PlanInput
-from domain.models import PlanReport, PlanStatus
-from session_store.factory import open_session_store
+from durable_plans.domain.contracts import PlanInput
+from durable_plans.domain.models import PlanReport, PlanStatus
+from durable_plans.session_store.factory import open_session_store
 from tests.integration.conftest import FAKE_KEY
 from tests.integration.plans import make_plan
 from tests.integration.workers import WorkerProcess

@@ -27,8 +27,8 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from rich.console import Console
 
-    from domain.contracts import PlanInput
-    from domain.models import (
+    from durable_plans.domain.contracts import PlanInput
+    from durable_plans.domain.models import (
         ErrorInfo,
         Plan,
         PlanReport,
@@ -38,10 +38,10 @@ with workflow.unsafe.imports_passed_through():
         SubtaskStatus,
         Usage,
     )
-    from session_store import SessionStore
-    from session_store.factory import open_session_store
-    from settings import Settings
-    from starter.client import (
+    from durable_plans.session_store import SessionStore
+    from durable_plans.session_store.factory import open_session_store
+    from durable_plans.settings import Settings
+    from durable_plans.starter.client import (
         InvalidPlanError,
         PlanAlreadyRunning,
         PlanNotFound,
@@ -54,15 +54,15 @@ with workflow.unsafe.imports_passed_through():
         web_url,
         worker_count,
     )
-    from starter.embedded import (
+    from durable_plans.starter.embedded import (
         EmbeddedTemporal,
         WorkerDied,
         free_port,
         is_reachable,
         run_in_process_worker,
     )
-    from starter.progress import follow_progress, render_report
-    from worker import run_worker
+    from durable_plans.starter.progress import follow_progress, render_report
+    from durable_plans.worker import run_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

@@ -36,19 +36,26 @@ from temporalio.worker import (
 )
 from temporalio.worker import Interceptor as WorkerInterceptor
 
-from activities.llm import import_litellm
-from domain.agents import BUILTIN_CATALOG
-from domain.contracts import ACT_CALL_LLM, PlanInput
-from domain.models import Message, Plan, PlanReport, PlanStatus, Subtask, SubtaskStatus
-from domain.tool_ids import strict_violations
-from session_store import SessionStore
-from session_store.factory import open_session_store
-from settings import SCRIPTED_MODEL, Settings
+from durable_plans.activities.llm import import_litellm
+from durable_plans.domain.agents import BUILTIN_CATALOG
+from durable_plans.domain.contracts import ACT_CALL_LLM, PlanInput
+from durable_plans.domain.models import (
+    Message,
+    Plan,
+    PlanReport,
+    PlanStatus,
+    Subtask,
+    SubtaskStatus,
+)
+from durable_plans.domain.tool_ids import strict_violations
+from durable_plans.session_store import SessionStore
+from durable_plans.session_store.factory import open_session_store
+from durable_plans.settings import SCRIPTED_MODEL, Settings
+from durable_plans.worker import build_worker
+from durable_plans.workflows import policies
 from tests.integration.conftest import FAKE_KEY
 from tests.integration.plans import by_id, run_plan, workflow_status
 from tests.support.fake_provider import FakeProvider, RecordedRequest
-from worker import build_worker
-from workflows import policies
 
 pytestmark = pytest.mark.integration
 

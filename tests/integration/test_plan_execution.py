@@ -9,15 +9,15 @@ from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from domain.contracts import PlanInput
-from domain.ids import message_id
-from domain.models import Message, PlanReport, PlanStatus, SessionMeta, SubtaskStatus
-from session_store import SessionNotFound
+from durable_plans.domain.contracts import PlanInput
+from durable_plans.domain.ids import message_id
+from durable_plans.domain.models import Message, PlanReport, PlanStatus, SessionMeta, SubtaskStatus
+from durable_plans.session_store import SessionNotFound
+from durable_plans.workflows.subtask import branch_session_id
 from tests.integration.chaos_support import plan_run_id
 from tests.integration.conftest import Harness
 from tests.integration.plans import by_id, make_plan, run_plan, workflow_status
 from tests.integration.replay import assert_replays
-from workflows.subtask import branch_session_id
 
 pytestmark = pytest.mark.integration
 

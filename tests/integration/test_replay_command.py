@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from domain.session_contracts import (
+from durable_plans.domain.session_contracts import (
     SendMessageInput,
     SendMessageResult,
     SessionInput,
     SessionState,
     session_workflow_id,
 )
-from starter.cli import main
-from starter.replay_command import runs_forward
+from durable_plans.starter.cli import main
+from durable_plans.starter.replay_command import runs_forward
 from tests.integration.conftest import Harness
 from tests.integration.plans import make_plan, run_plan
 

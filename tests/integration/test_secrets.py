@@ -2,7 +2,7 @@
 
 DESIGN: "Secrets never enter workflow inputs, results, memos, logs or the session store".
 A distinctive fake key (``sk-or-v1-`` + 48 hex chars, new per run) is put in a real
-``python -m worker`` subprocess's environment (``DPLAN_API_KEY`` and
+``python -m durable_plans.worker`` subprocess's environment (``DPLAN_API_KEY`` and
 ``OPENROUTER_API_KEY``), logging at DEBUG into a file. The provider the worker talks to is
 hostile on purpose: it echoes the ``Authorization`` header's key back in its error
 messages (as some proxies do), in answers and in tool-call arguments (a model repeating a
@@ -44,9 +44,9 @@ from aiohttp import web
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from domain.models import PlanReport, PlanStatus, SubtaskStatus
-from settings import Settings
-from starter.client import start_plan, wait_for_report
+from durable_plans.domain.models import PlanReport, PlanStatus, SubtaskStatus
+from durable_plans.settings import Settings
+from durable_plans.starter.client import start_plan, wait_for_report
 from tests.integration.plans import make_plan
 from tests.integration.workers import REPO_ROOT, WorkerProcess
 from tests.support.fake_provider import FakeProvider, RecordedRequest
@@ -143,7 +143,7 @@ class DebugWorkerProcess(WorkerProcess):
     def start(self) -> DebugWorkerProcess:
         self._log = self.log_path.open("ab")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "worker", "--log-level", "DEBUG"],
+            [sys.executable, "-m", "durable_plans.worker", "--log-level", "DEBUG"],
             cwd=REPO_ROOT,
             env=self.env,
             stdout=self._log,

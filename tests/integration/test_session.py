@@ -8,8 +8,8 @@ import uuid
 import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
-from domain.models import FunctionCall, Message, PlanStatus, SessionMeta, ToolCall
-from domain.session_contracts import (
+from durable_plans.domain.models import FunctionCall, Message, PlanStatus, SessionMeta, ToolCall
+from durable_plans.domain.session_contracts import (
     AgentSwitchEvent,
     AgentSwitchResult,
     PlanGoalInput,
@@ -20,7 +20,7 @@ from domain.session_contracts import (
     SwitchAgentInput,
     session_workflow_id,
 )
-from domain.tool_ids import strict_violations
+from durable_plans.domain.tool_ids import strict_violations
 from tests.integration.conftest import Harness
 from tests.integration.replay import assert_replays
 

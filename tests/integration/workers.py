@@ -1,4 +1,5 @@
-"""Worker processes for crash tests: real `python -m worker` processes, killed for real."""
+"""Worker processes for crash tests: real `python -m durable_plans.worker` processes, killed
+for real."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         self._log = self.log_path.open("ab")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "worker", "--log-level", "INFO"],
+            [sys.executable, "-m", "durable_plans.worker", "--log-level", "INFO"],
             cwd=REPO_ROOT,
             env=self.env,
             stdout=self._log,

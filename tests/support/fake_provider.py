@@ -80,8 +80,8 @@ from typing import IO, Any, Literal
 
 from aiohttp import web
 
-from activities.scripted_model import CARELESS_TOOL_CALL_ID
-from domain.tool_ids import strict_violations
+from durable_plans.activities.scripted_model import CARELESS_TOOL_CALL_ID
+from durable_plans.domain.tool_ids import strict_violations
 from tests.support.fake_scenario import (
     AgentScenario,
     ChatRequest,

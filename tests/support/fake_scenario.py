@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from activities.scripted_model import (
+from durable_plans.activities.scripted_model import (
     CARELESS_TOOL_CALL_ID,
     estimate_tokens,
     last_user_index,
@@ -23,7 +23,7 @@ from activities.scripted_model import (
     text_of,
     tool_name,
 )
-from domain.ids import stable_id
+from durable_plans.domain.ids import stable_id
 
 IdPolicy = Literal["careless", "unique"]
 

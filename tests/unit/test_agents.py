@@ -11,7 +11,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from domain.agents import (
+from durable_plans.domain.agents import (
     BUILTIN_AGENT_NAMES,
     BUILTIN_AGENT_SPECS,
     BUILTIN_CATALOG,
@@ -26,15 +26,15 @@ from domain.agents import (
     UnknownAgentError,
     agent_spec,
 )
-from domain.agents_catalog import BUILTIN_AGENTS
-from domain.agents_loader import (
+from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
+from durable_plans.domain.agents_loader import (
     MAX_AGENTS_FILE_BYTES,
     AgentsFileError,
     load_agents_file,
     load_catalog,
     parse_agents_data,
 )
-from settings import Settings
+from durable_plans.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 KNOWN_TOOLS_TEXT = ", ".join(KNOWN_TOOL_NAMES)

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-import starter.run_command as run_command
-from domain.agents_loader import AgentsFileError, load_agents_file
-from domain.plan_loader import MAX_PLAN_BYTES, PlanValidationError, load_plan_file
-from settings import Settings
-from starter.cli import EXIT_INVALID, main
+import durable_plans.starter.run_command as run_command
+from durable_plans.domain.agents_loader import AgentsFileError, load_agents_file
+from durable_plans.domain.plan_loader import MAX_PLAN_BYTES, PlanValidationError, load_plan_file
+from durable_plans.settings import Settings
+from durable_plans.starter.cli import EXIT_INVALID, main
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "corpus"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from bench.fake_dag import DagRunResult, LitellmAgent, StepOutcome, run_dag
 from bench.overhead import LLM_CALLS_PER_SUBTASK, layered_plan
-from domain.history import DependencyResult
-from domain.models import Plan, Subtask
-from domain.scheduling import critical_path_length
+from durable_plans.domain.history import DependencyResult
+from durable_plans.domain.models import Plan, Subtask
+from durable_plans.domain.scheduling import critical_path_length
 from tests.support.fake_provider import FakeProvider
 
 KEY = "sk-test-bench-smoke-0000000000000000000"

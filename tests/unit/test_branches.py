@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from activities.sessions import begin_branch, close_branch
-from domain.contracts import BeginSubtaskInput, EndSubtaskInput
-from domain.models import Message, SessionMeta, Subtask
-from session_store import SessionStore
-from session_store.factory import open_session_store
+from durable_plans.activities.sessions import begin_branch, close_branch
+from durable_plans.domain.contracts import BeginSubtaskInput, EndSubtaskInput
+from durable_plans.domain.models import Message, SessionMeta, Subtask
+from durable_plans.session_store import SessionStore
+from durable_plans.session_store.factory import open_session_store
 
 BASE = "base-1"
 BRANCH = "base-1:run-1:a:branch"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from domain.models import FunctionCall, Message, ToolCall
-from domain.session_contracts import AgentSwitchEvent, AgentSwitchResult
-from settings import Settings
-from starter.chat import (
+from durable_plans.domain.models import FunctionCall, Message, ToolCall
+from durable_plans.domain.session_contracts import AgentSwitchEvent, AgentSwitchResult
+from durable_plans.settings import Settings
+from durable_plans.starter.chat import (
     DEFAULT_HISTORY,
     EXIT_INVALID,
     HELP_TEXT,
@@ -40,8 +40,8 @@ from starter.chat import (
     parse_command,
     switch_lines,
 )
-from starter.cli import build_parser
-from starter.plan_command import plan_goal_command
+from durable_plans.starter.cli import build_parser
+from durable_plans.starter.plan_command import plan_goal_command
 
 # --------------------------------------------------------------------------- parse_command
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from starter.cli import EXIT_INVALID, EXIT_OK, main
+from durable_plans.starter.cli import EXIT_INVALID, EXIT_OK, main
 
 REPO = Path(__file__).resolve().parents[2]
 WEATHER = "examples/weather_app.json"
@@ -124,7 +124,13 @@ def test_console_script_and_module_entry_point() -> None:
         "ok: examples/weather_app.json: plan 'weather-app', 7 subtasks, critical path 4\n",
     )
     bad = subprocess.run(
-        [sys.executable, "-m", "starter", "validate", "examples/invalid/unknown_dependency.yaml"],
+        [
+            sys.executable,
+            "-m",
+            "durable_plans.starter",
+            "validate",
+            "examples/invalid/unknown_dependency.yaml",
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,

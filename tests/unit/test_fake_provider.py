@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from activities.llm_errors import classify_llm_error
+from durable_plans.activities.llm_errors import classify_llm_error
 from tests.support.fake_provider import FakeProvider, FakeProviderProcess
 from tests.support.fake_scenario import (
     ChatRequest,

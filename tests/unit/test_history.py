@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from domain.history import (
+from durable_plans.domain.history import (
     DEPENDENCY_CONTEXT_HEADER,
     AgentSwitchReport,
     DependencyResult,
@@ -15,7 +15,7 @@ from domain.history import (
     restore_from_snapshot,
     switch_agent_cleanup,
 )
-from domain.models import FunctionCall, Message, ToolCall
+from durable_plans.domain.models import FunctionCall, Message, ToolCall
 
 
 def user(mid: str, text: str = "hi") -> Message:

@@ -12,16 +12,20 @@ import string
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.history import (
+from durable_plans.domain.history import (
     DependencyResult,
     format_dependency_context,
     isolate_for_subtask,
     restore_from_snapshot,
     switch_agent_cleanup,
 )
-from domain.models import FunctionCall, Message, ToolCall
-from domain.secrets import contains_secret, scrub_secrets
-from domain.tool_ids import assign_tool_call_ids, repair_tool_pairing, strict_violations
+from durable_plans.domain.models import FunctionCall, Message, ToolCall
+from durable_plans.domain.secrets import contains_secret, scrub_secrets
+from durable_plans.domain.tool_ids import (
+    assign_tool_call_ids,
+    repair_tool_pairing,
+    strict_violations,
+)
 
 PROPERTY = settings(max_examples=150, deadline=None)
 

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from activities.llm_errors import (
+from durable_plans.activities.llm_errors import (
     MAX_MESSAGE_CHARS,
     LlmErrorClass,
     classify_llm_error,

@@ -12,7 +12,12 @@ import pytest
 import structlog
 from temporalio.testing import ActivityEnvironment
 
-from activities.log import activity_logger, configure_logging, ensure_logging, get_logger
+from durable_plans.activities.log import (
+    activity_logger,
+    configure_logging,
+    ensure_logging,
+    get_logger,
+)
 
 FAKE_KEY = "sk-or-v1-" + "0123456789abcdef" * 4
 

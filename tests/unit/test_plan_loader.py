@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from domain.agents_catalog import BUILTIN_AGENTS
-from domain.models import Budget, Plan, Subtask
-from domain.plan_loader import (
+from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
+from durable_plans.domain.models import Budget, Plan, Subtask
+from durable_plans.domain.plan_loader import (
     MAX_DEPENDENCIES,
     MAX_DESCRIPTION_CHARS,
     MAX_GOAL_CHARS,

@@ -18,18 +18,18 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from domain.contracts import SubtaskInput, SubtaskOutcome
-from starter.cli import main
-from starter.replay_command import (
+from durable_plans.domain.contracts import SubtaskInput, SubtaskOutcome
+from durable_plans.starter.cli import main
+from durable_plans.starter.replay_command import (
     history_file_name,
     load_history_file,
     make_replayer,
     replay_runs,
     workflow_id_from_file_name,
 )
+from durable_plans.workflows import ALL_WORKFLOWS
+from durable_plans.workflows.subtask import SubtaskWorkflow
 from tests.histories.record import CURRENT_SHAPE
-from workflows import ALL_WORKFLOWS
-from workflows.subtask import SubtaskWorkflow
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 # One directory per workflow shape that may still be running: the first release's, and
@@ -184,7 +184,7 @@ def test_replay_command_names_the_run_that_is_not_deterministic(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     changed = make_replayer([SubtaskWorkflowWithANewFirstStep])
-    monkeypatch.setattr("starter.replay_command.make_replayer", lambda: changed)
+    monkeypatch.setattr("durable_plans.starter.replay_command.make_replayer", lambda: changed)
     run = load_history_file(SUCCESS_SUBTASK)
 
     assert main(["replay", "--file", str(SUCCESS_SUBTASK)]) == 1

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.models import Plan, Subtask, SubtaskStatus
-from domain.scheduling import (
+from durable_plans.domain.models import Plan, Subtask, SubtaskStatus
+from durable_plans.domain.scheduling import (
     DagIndex,
     blocked_by_failure,
     critical_path,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from activities.scripted_model import (
+from durable_plans.activities.scripted_model import (
     LATENCY_ENV,
     SCRIPTED_MODEL,
     plan_turn,

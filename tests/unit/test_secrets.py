@@ -6,7 +6,12 @@ from typing import Any
 
 import pytest
 
-from domain.secrets import contains_secret, is_secret_label, scrub_secrets, scrub_value
+from durable_plans.domain.secrets import (
+    contains_secret,
+    is_secret_label,
+    scrub_secrets,
+    scrub_value,
+)
 
 OPENAI_LEGACY = "sk-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0fGh3iJk6l"
 OPENAI_PROJ = "sk-proj-" + "Zx9_Yw8-Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0FeDcBa" * 2

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.models import Budget, FunctionCall, Message, SessionMeta, ToolCall
-from session_store import (
+from durable_plans.domain.models import Budget, FunctionCall, Message, SessionMeta, ToolCall
+from durable_plans.session_store import (
     MessageIdRequired,
     SessionNotFound,
     SessionStore,
@@ -26,13 +26,13 @@ from session_store import (
     SnapshotSessionMismatch,
     _codec,
 )
-from session_store.factory import (
+from durable_plans.session_store.factory import (
     describe_store_target,
     open_session_store,
     split_postgres_target,
 )
-from session_store.postgres import quote_identifier
-from session_store.sqlite import SqliteSessionStore
+from durable_plans.session_store.postgres import quote_identifier
+from durable_plans.session_store.sqlite import SqliteSessionStore
 
 OpenStore = Callable[[], Awaitable[SessionStore]]  # the ``open_store`` fixture
 
@@ -247,8 +247,8 @@ async def test_concurrent_retries_of_one_batch_write_it_once(open_store: OpenSto
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _WORKER_SCRIPT = """
 import asyncio, sys
-from domain.models import Message
-from session_store.factory import open_session_store
+from durable_plans.domain.models import Message
+from durable_plans.session_store.factory import open_session_store
 
 async def main(target, worker):
     store = await open_session_store(target)

@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from domain.models import Message, SessionMeta, Usage
-from session_store import SessionNotFound, SessionStore
-from session_store.factory import split_postgres_target
+from durable_plans.domain.models import Message, SessionMeta, Usage
+from durable_plans.session_store import SessionNotFound, SessionStore
+from durable_plans.session_store.factory import split_postgres_target
 
 OpenStore = Callable[[], Awaitable[SessionStore]]  # the ``open_store`` fixture
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from domain.ids import stable_id
-from domain.models import FunctionCall, Message, ToolCall
-from domain.tool_ids import (
+from durable_plans.domain.ids import stable_id
+from durable_plans.domain.models import FunctionCall, Message, ToolCall
+from durable_plans.domain.tool_ids import (
     MISSING_RESULT,
     assign_tool_call_ids,
     missing_result_message_id,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from activities.tool_registry import (
+from durable_plans.activities.tool_registry import (
     WORKSPACE_TOOLS,
     ToolArgs,
     ToolRegistry,
@@ -22,8 +22,8 @@ from activities.tool_registry import (
     openai_tool_schemas,
     register_workspace_tools,
 )
-from activities.workspace import ToolRefused, Workspace
-from domain.agents import READ_ONLY_TOOL_NAMES, WORKSPACE_TOOL_NAMES
+from durable_plans.activities.workspace import ToolRefused, Workspace
+from durable_plans.domain.agents import READ_ONLY_TOOL_NAMES, WORKSPACE_TOOL_NAMES
 
 ALL = "list_dir, read_file, search_files, write_file"
 

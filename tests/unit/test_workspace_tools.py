@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from activities.workspace import (
+from durable_plans.activities.workspace import (
     MAX_FILE_BYTES,
     MAX_LIST_ENTRIES,
     MAX_OUTPUT_BYTES,
