@@ -8,6 +8,7 @@ charge is keyed by the message it paid for: a retried activity charges nothing t
 from __future__ import annotations
 
 from durable_plans.activities.llm_errors import LlmErrorClass, to_application_error
+from durable_plans.domain.failures import FailureType
 from durable_plans.domain.models import Budget, Usage
 from durable_plans.session_store import SessionStore
 
@@ -21,7 +22,7 @@ async def ensure_within_budget(store: SessionStore, root: str, budget: Budget | 
     if reason is not None:
         raise to_application_error(
             LlmErrorClass(
-                type="BudgetExceeded",
+                type=FailureType.BUDGET_EXCEEDED.value,
                 message=f"{reason} (session tree {root})",
                 retryable=False,
                 retry_after_s=None,

@@ -16,8 +16,8 @@ from temporalio import activity
 from durable_plans.activities.heartbeat import heartbeating
 from durable_plans.activities.orchestration_tools import ORCHESTRATION_REGISTRY, SwitchAgentArgs
 from durable_plans.activities.tool_registry import ToolResult
-from durable_plans.activities.tools import tool_message_id
 from durable_plans.domain.history import switch_agent_cleanup
+from durable_plans.domain.ids import switch_snapshot_id, tool_message_id
 from durable_plans.domain.models import Message, SessionMeta, ToolCall
 from durable_plans.domain.plan_loader import PlanValidationError, plan_from_data
 from durable_plans.domain.secrets import scrub_secrets
@@ -66,7 +66,7 @@ class ConversationActivities:
         async with heartbeating():
             store = self._store
             await store.create_session(SessionMeta(session_id=inp.session_id))
-            snap = f"{inp.note_id}:before-switch"
+            snap = switch_snapshot_id(inp.note_id)
             await store.snapshot(inp.session_id, snap)
             before = await store.read_snapshot(snap)
             after, report = switch_agent_cleanup(

@@ -16,7 +16,7 @@ from durable_plans.activities.llm import import_litellm, message_from_response, 
 from durable_plans.activities.llm_errors import classify_llm_error, to_application_error
 from durable_plans.activities.orchestration_tools import ORCHESTRATION_REGISTRY, DelegateArgs
 from durable_plans.activities.tool_registry import ToolResult
-from durable_plans.activities.tools import SUMMARY_CHARS, tool_message_id
+from durable_plans.activities.tools import SUMMARY_CHARS
 from durable_plans.domain.agents import DELEGATE_TOOL
 from durable_plans.domain.contracts import (
     ACT_DELEGATE,
@@ -24,7 +24,7 @@ from durable_plans.domain.contracts import (
     DelegateOutput,
     ToolCallOutput,
 )
-from durable_plans.domain.ids import message_id
+from durable_plans.domain.ids import delegation_charge_id, tool_message_id
 from durable_plans.domain.models import Message, Usage
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.session_store import SessionStore
@@ -60,7 +60,7 @@ class DelegationActivities:
     async def _delegate(self, inp: DelegateInput) -> DelegateOutput:
         history = await self._store.read(inp.session_id)
         own_id = tool_message_id(inp.scope, inp.turn, inp.call_index)
-        charge_id = message_id(inp.scope, inp.turn, f"delegate-{inp.call_index}")
+        charge_id = delegation_charge_id(inp.scope, inp.turn, inp.call_index)
         assistant: Message | None = None
         for m in history:
             if m.id == own_id:  # done before a crash: report it again, charge nothing new

@@ -28,7 +28,8 @@ from durable_plans.activities.orchestration_tools import tool_specs
 from durable_plans.activities.sessions import begin_branch, close_branch
 from durable_plans.activities.tool_registry import openai_tool_schemas
 from durable_plans.domain.contracts import ACT_CALL_LLM, LlmCallInput, LlmCallOutput, ToolCallRef
-from durable_plans.domain.ids import message_id
+from durable_plans.domain.failures import FailureType
+from durable_plans.domain.ids import assistant_message_id
 from durable_plans.domain.models import FunctionCall, Message, ToolCall, Usage
 from durable_plans.domain.secrets import scrub_secrets, scrub_value
 from durable_plans.domain.tool_ids import assign_tool_call_ids, repair_tool_pairing
@@ -119,7 +120,12 @@ def scrub_arguments(arguments: str) -> str:
 
 def _invalid(text: str) -> Exception:
     return to_application_error(
-        LlmErrorClass(type="InvalidResponse", message=text, retryable=True, retry_after_s=None)
+        LlmErrorClass(
+            type=FailureType.INVALID_RESPONSE.value,
+            message=text,
+            retryable=True,
+            retry_after_s=None,
+        )
     )
 
 
@@ -163,7 +169,7 @@ class LlmActivities:
     async def call_llm(self, inp: LlmCallInput) -> LlmCallOutput:
         if inp.begin is not None:
             await begin_branch(self._store, inp.begin)  # idempotent: safe on every attempt
-        msg_id = message_id(inp.scope, inp.turn)
+        msg_id = assistant_message_id(inp.scope, inp.turn)
         history = await self._store.read(inp.session_id)
         model = inp.model or self._settings.model
         for existing in history:

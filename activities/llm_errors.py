@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from durable_plans.domain.failures import FailureType
 from durable_plans.domain.secrets import scrub_secrets
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ MAX_MESSAGE_CHARS = 2000
 
 @dataclass(frozen=True)
 class LlmErrorClass:
-    """The verdict on one failed call; ``type`` is the stable name reports show."""
+    """The verdict on one failed call; ``type`` is the stable name reports show (one of
+    ``FailureType``'s values)."""
 
     type: str
     message: str
@@ -45,50 +47,52 @@ class LlmErrorClass:
 
 # Class name → (type, retryable). The most derived class wins, so litellm's
 # ContextWindowExceededError beats the BadRequestError it extends.
-_BY_CLASS: Mapping[str, tuple[str, bool]] = {
-    "ContextWindowExceededError": ("ContextWindowExceeded", False),
-    "ContentPolicyViolationError": ("ContentPolicy", False),
-    "BudgetExceededError": ("BudgetExceeded", False),
-    "PaymentRequiredError": ("PaymentRequired", False),
-    "AuthenticationError": ("Authentication", False),
-    "PermissionDeniedError": ("PermissionDenied", False),
-    "NotFoundError": ("NotFound", False),
-    "UnprocessableEntityError": ("UnprocessableEntity", False),
-    "RateLimitError": ("RateLimit", True),
+_BY_CLASS: Mapping[str, tuple[FailureType, bool]] = {
+    "ContextWindowExceededError": (FailureType.CONTEXT_WINDOW_EXCEEDED, False),
+    "ContentPolicyViolationError": (FailureType.CONTENT_POLICY, False),
+    "BudgetExceededError": (FailureType.BUDGET_EXCEEDED, False),
+    "PaymentRequiredError": (FailureType.PAYMENT_REQUIRED, False),
+    "AuthenticationError": (FailureType.AUTHENTICATION, False),
+    "PermissionDeniedError": (FailureType.PERMISSION_DENIED, False),
+    "NotFoundError": (FailureType.NOT_FOUND, False),
+    "UnprocessableEntityError": (FailureType.UNPROCESSABLE_ENTITY, False),
+    "RateLimitError": (FailureType.RATE_LIMIT, True),
     # litellm.Timeout, openai.APITimeoutError, httpx.TimeoutException, builtin TimeoutError
-    "Timeout": ("Timeout", True),
-    "APITimeoutError": ("Timeout", True),
-    "TimeoutException": ("Timeout", True),
-    "TimeoutError": ("Timeout", True),
+    "Timeout": (FailureType.TIMEOUT, True),
+    "APITimeoutError": (FailureType.TIMEOUT, True),
+    "TimeoutException": (FailureType.TIMEOUT, True),
+    "TimeoutError": (FailureType.TIMEOUT, True),
     # openai/litellm APIConnectionError, httpx transport errors, builtin ConnectionError
-    "APIConnectionError": ("Connection", True),
-    "TransportError": ("Connection", True),
-    "ConnectionError": ("Connection", True),
-    "ServerDisconnectedError": ("Connection", True),
+    "APIConnectionError": (FailureType.CONNECTION, True),
+    "TransportError": (FailureType.CONNECTION, True),
+    "ConnectionError": (FailureType.CONNECTION, True),
+    "ServerDisconnectedError": (FailureType.CONNECTION, True),
     # A response that could not be read is a provider hiccup, not a verdict on the request.
-    "APIResponseValidationError": ("InvalidResponse", True),
-    "JSONDecodeError": ("InvalidResponse", True),
-    "InternalServerError": ("ServerError", True),
-    "ServiceUnavailableError": ("ServerError", True),
-    "BadGatewayError": ("ServerError", True),
-    "ConflictError": ("Conflict", True),
-    "BadRequestError": ("BadRequest", False),
+    "APIResponseValidationError": (FailureType.INVALID_RESPONSE, True),
+    "JSONDecodeError": (FailureType.INVALID_RESPONSE, True),
+    "InternalServerError": (FailureType.SERVER_ERROR, True),
+    "ServiceUnavailableError": (FailureType.SERVER_ERROR, True),
+    "BadGatewayError": (FailureType.SERVER_ERROR, True),
+    "ConflictError": (FailureType.CONFLICT, True),
+    "BadRequestError": (FailureType.BAD_REQUEST, False),
 }
 
 # Types a generic wrapper may hide; found in the cause chain they are more precise.
-_CAUSE_REFINES = frozenset({"Timeout", "Connection", "InvalidResponse"})
-_GENERIC = frozenset({"ServerError", "LlmError"})
+_CAUSE_REFINES = frozenset(
+    {FailureType.TIMEOUT, FailureType.CONNECTION, FailureType.INVALID_RESPONSE}
+)
+_GENERIC = frozenset({FailureType.SERVER_ERROR, FailureType.LLM_ERROR})
 
-_BY_STATUS: Mapping[int, tuple[str, bool]] = {
-    400: ("BadRequest", False),
-    401: ("Authentication", False),
-    402: ("PaymentRequired", False),
-    403: ("PermissionDenied", False),
-    404: ("NotFound", False),
-    408: ("Timeout", True),
-    409: ("Conflict", True),
-    422: ("UnprocessableEntity", False),
-    429: ("RateLimit", True),
+_BY_STATUS: Mapping[int, tuple[FailureType, bool]] = {
+    400: (FailureType.BAD_REQUEST, False),
+    401: (FailureType.AUTHENTICATION, False),
+    402: (FailureType.PAYMENT_REQUIRED, False),
+    403: (FailureType.PERMISSION_DENIED, False),
+    404: (FailureType.NOT_FOUND, False),
+    408: (FailureType.TIMEOUT, True),
+    409: (FailureType.CONFLICT, True),
+    422: (FailureType.UNPROCESSABLE_ENTITY, False),
+    429: (FailureType.RATE_LIMIT, True),
 }
 
 
@@ -97,7 +101,7 @@ def classify_llm_error(exc: BaseException) -> LlmErrorClass:
     kind, retryable = _classify(exc)
     retry_after = _retry_after_s(exc) if retryable else None
     return LlmErrorClass(
-        type=kind, message=_message(exc), retryable=retryable, retry_after_s=retry_after
+        type=kind.value, message=_message(exc), retryable=retryable, retry_after_s=retry_after
     )
 
 
@@ -107,24 +111,24 @@ def to_application_error(c: LlmErrorClass) -> ApplicationError:
 
     delay = timedelta(seconds=c.retry_after_s) if c.retry_after_s is not None else None
     return ApplicationError(
-        c.message, type=c.type, non_retryable=not c.retryable, next_retry_delay=delay
+        c.message, type=str(c.type), non_retryable=not c.retryable, next_retry_delay=delay
     )
 
 
 # --------------------------------------------------------------------------- classification
 
 
-def _classify(exc: BaseException) -> tuple[str, bool]:
+def _classify(exc: BaseException) -> tuple[FailureType, bool]:
     found = _by_class(exc)
     # A 422 arrives as BadRequestError, a 504 as Timeout: the class is right except for
     # the bad-request family, where the status says which 4xx it really was.
     status = _status_code(exc)
-    if found is not None and found[0] == "BadRequest" and status is not None:
+    if found is not None and found[0] == FailureType.BAD_REQUEST and status is not None:
         found = _BY_STATUS.get(status, found)
     if found is None and status is not None:
         found = _by_status(status)
     if found is None:
-        found = ("LlmError", True)
+        found = (FailureType.LLM_ERROR, True)
     if found[0] in _GENERIC:
         for cause in _causes(exc):
             refined = _by_class(cause)
@@ -133,7 +137,7 @@ def _classify(exc: BaseException) -> tuple[str, bool]:
     return found
 
 
-def _by_class(exc: BaseException) -> tuple[str, bool] | None:
+def _by_class(exc: BaseException) -> tuple[FailureType, bool] | None:
     for cls in type(exc).__mro__:
         hit = _BY_CLASS.get(cls.__name__)
         if hit is not None:
@@ -141,13 +145,13 @@ def _by_class(exc: BaseException) -> tuple[str, bool] | None:
     return None
 
 
-def _by_status(status: int) -> tuple[str, bool] | None:
+def _by_status(status: int) -> tuple[FailureType, bool] | None:
     if status in _BY_STATUS:
         return _BY_STATUS[status]
     if 500 <= status <= 599:
-        return ("ServerError", True)
+        return (FailureType.SERVER_ERROR, True)
     if 400 <= status <= 499:
-        return ("ClientError", False)
+        return (FailureType.CLIENT_ERROR, False)
     return None
 
 

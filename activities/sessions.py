@@ -27,15 +27,17 @@ from durable_plans.domain.contracts import (
     MergeResultsInput,
 )
 from durable_plans.domain.history import DependencyResult, isolate_for_subtask, last_result
-from durable_plans.domain.ids import message_id
+from durable_plans.domain.ids import (
+    assistant_message_id,
+    branch_context_message_id,
+    branch_system_message_id,
+    branch_task_message_id,
+    merged_result_id,
+    subtask_scope,
+)
 from durable_plans.domain.models import Message, SessionMeta, Usage
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.session_store import SessionNotFound, SessionStore
-
-
-def merged_result_id(plan_run_id: str, subtask_id: str) -> str:
-    """The id a subtask's result has in the base session (a second merge is a no-op)."""
-    return message_id(f"{plan_run_id}/merge", subtask_id)
 
 
 async def branch_result(store: SessionStore, branch_session_id: str) -> str | None:
@@ -95,13 +97,13 @@ async def begin_branch(store: SessionStore, inp: BeginSubtaskInput) -> BeginSubt
 
     # The view is built from the snapshot, so every attempt sees the same base.
     base_view = await store.read_snapshot(inp.snapshot_id)
-    scope = f"{inp.plan_run_id}/{inp.subtask.id}"
-    isolated = isolate_for_subtask(base_view, deps, context_id=message_id(scope, "deps"))
+    scope = subtask_scope(inp.plan_run_id, inp.subtask.id)
+    isolated = isolate_for_subtask(base_view, deps, context_id=branch_context_message_id(scope))
     messages = [
-        Message(id=message_id(scope, "system"), role="system", content=inp.system_prompt),
+        Message(id=branch_system_message_id(scope), role="system", content=inp.system_prompt),
         *isolated,
         Message(
-            id=message_id(scope, "task"),
+            id=branch_task_message_id(scope),
             role="user",
             content=scrub_secrets(inp.subtask.description),
         ),
@@ -171,7 +173,7 @@ class SessionActivities:
                 exists = True
             except SessionNotFound:
                 messages, exists = [], False
-            answer_ids = {message_id(scope, turn) for turn in range(max_turns)}
+            answer_ids = {assistant_message_id(scope, turn) for turn in range(max_turns)}
             answers = [m for m in messages if m.id in answer_ids]
             usage = Usage()
             for answer in answers:

@@ -15,7 +15,6 @@ from temporalio import activity
 from durable_plans.activities.heartbeat import heartbeating
 from durable_plans.activities.orchestration_tools import ORCHESTRATION_REGISTRY, SpawnArgs
 from durable_plans.activities.tool_registry import ToolResult
-from durable_plans.activities.tools import tool_message_id
 from durable_plans.domain.agents import SPAWN_TOOL
 from durable_plans.domain.contracts import (
     ACT_APPEND_NOTES,
@@ -27,18 +26,10 @@ from durable_plans.domain.contracts import (
     PrepareSpawnInput,
     PrepareSpawnOutput,
 )
-from durable_plans.domain.ids import message_id, stable_id
+from durable_plans.domain.ids import child_session_id, note_message_id, tool_message_id
 from durable_plans.domain.models import Message, SessionMeta
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.session_store import SessionNotFound, SessionStore
-
-
-def child_session_id(parent_session_id: str, scope: str, turn: int, call_index: int) -> str:
-    return f"sub-{stable_id(parent_session_id, scope, turn, call_index, length=12)}"
-
-
-def short_id(session_id: str) -> str:
-    return session_id.removeprefix("sub-")[:8]
 
 
 class SubagentActivities:
@@ -128,7 +119,7 @@ class SubagentActivities:
         async with heartbeating():
             notes = [
                 Message(
-                    id=message_id(inp.scope, inp.turn, f"note-{i}"),
+                    id=note_message_id(inp.scope, inp.turn, i),
                     role="system",
                     content=scrub_secrets(note),
                 )

@@ -17,7 +17,7 @@ from durable_plans.activities.orchestration_tools import ALL_TOOL_SPECS
 from durable_plans.activities.tool_registry import ToolResult, execute_workspace_tool
 from durable_plans.activities.workspace import Workspace
 from durable_plans.domain.contracts import ACT_RUN_TOOL, ToolCallInput, ToolCallOutput
-from durable_plans.domain.ids import message_id
+from durable_plans.domain.ids import tool_message_id
 from durable_plans.domain.models import Message
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.session_store import SessionStore
@@ -25,11 +25,6 @@ from durable_plans.settings import Settings
 
 SUMMARY_CHARS = 160
 MAX_TOOL_RESULT_CHARS = 64_000
-
-
-def tool_message_id(scope: str, turn: int, call_index: int) -> str:
-    # Index 0 of a turn is the assistant message itself; its calls' answers follow.
-    return message_id(scope, turn, 1 + call_index)
 
 
 class ToolActivities:

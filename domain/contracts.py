@@ -13,6 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from durable_plans.domain.agents import AgentSpec
 from durable_plans.domain.models import Budget, Plan, Subtask, SubtaskResult, Usage
 
+# Workflow type names, like activity names, are part of recorded histories (and of
+# `temporal workflow start --type ...`): renaming one breaks replay. A workflow starts
+# another by its name, so no workflow module has to import another's (no import cycle).
+PLAN_WORKFLOW = "PlanWorkflow"
+SUBTASK_WORKFLOW = "SubtaskWorkflow"
+
 # Activity names are part of recorded histories: renaming one breaks replay.
 ACT_BEGIN_SUBTASK = "begin_subtask"
 ACT_END_SUBTASK = "end_subtask"

@@ -11,6 +11,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from durable_plans.domain.agents import AgentSpec
+
+# Derived in domain.ids with every other id; re-exported for the callers that found it here.
+from durable_plans.domain.ids import session_workflow_id as session_workflow_id
 from durable_plans.domain.models import Budget, Message, PlanStatus, Usage
 
 SESSION_WORKFLOW = "SessionWorkflow"
@@ -32,10 +35,6 @@ ACT_ANSWER_TOOL = "answer_tool_call"
 SWITCH_TOOL = "switch_agent"
 CREATE_PLAN_TOOL = "create_plan"
 MAX_PLAN_ATTEMPTS = 3
-
-
-def session_workflow_id(session_id: str) -> str:
-    return f"session/{session_id}"
 
 
 class _Payload(BaseModel):

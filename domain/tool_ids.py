@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from durable_plans.domain.ids import stable_id
+from durable_plans.domain.ids import missing_result_message_id, repair_tool_call_id, tool_call_id
 from durable_plans.domain.models import Message, ToolCall
 
 __all__ = [
@@ -152,7 +152,7 @@ def strict_violations(messages: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def assign_tool_call_ids(message: Message, *, salt: str) -> tuple[Message, list[tuple[str, str]]]:
-    """Replace every tool-call id of ``message`` with ``call_`` + ``stable_id(salt, index)``.
+    """Replace every tool-call id of ``message`` with ``ids.tool_call_id(salt, index)``.
 
     Model-chosen ids are never trusted: a model may repeat ``call_abc123`` from an older
     turn or return two calls with one id. Ours are unique per session as long as ``salt``
@@ -172,18 +172,13 @@ def assign_tool_call_ids(message: Message, *, salt: str) -> tuple[Message, list[
     pairs: list[tuple[str, str]] = []
     calls: list[ToolCall] = []
     for index, call in enumerate(message.tool_calls):
-        new_id = f"call_{stable_id(salt, index)}"
+        new_id = tool_call_id(salt, index)
         pairs.append((call.id, new_id))
         calls.append(call.model_copy(update={"id": new_id}))
     return message.model_copy(update={"tool_calls": tuple(calls)}), pairs
 
 
 # --------------------------------------------------------------------------- repair
-
-
-def missing_result_message_id(call_id: str) -> str:
-    """Store id of the synthetic answer to ``call_id``: a retried repair adds it once."""
-    return f"m-{stable_id('missing-tool-result', call_id)}"
 
 
 class _OpenCalls:
@@ -213,7 +208,7 @@ class _OpenCalls:
 def _fresh_id(message: Message, position: int, used: set[str]) -> str:
     attempt = 0
     while True:
-        candidate = f"call_{stable_id('repair', message.id, position, attempt)}"
+        candidate = repair_tool_call_id(message.id, position, attempt)
         if candidate not in used:
             return candidate
         attempt += 1

@@ -31,16 +31,7 @@ from durable_plans.domain.session_contracts import (
     SendMessageResult,
 )
 from durable_plans.settings import Settings
-from durable_plans.starter.chat import (
-    EXIT_FAILED,
-    EXIT_INVALID,
-    EXIT_OK,
-    SessionCommandError,
-    attach_session,
-    check_session_id,
-    new_session_id,
-    session_update,
-)
+from durable_plans.starter.chat import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from durable_plans.starter.client import (
     PlanClientError,
     TemporalUnreachable,
@@ -56,6 +47,13 @@ from durable_plans.starter.run_command import (
     resolve_catalog,
     resolve_settings,
     unreachable_message,
+)
+from durable_plans.starter.session_client import (
+    SessionCommandError,
+    attach_session,
+    check_session_id,
+    new_session_id,
+    session_update,
 )
 
 __all__ = ["plan_goal_command"]

@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.contracts import (
         ACT_BRANCH_SPEND,
         ACT_MERGE_RESULTS,
+        PLAN_WORKFLOW,
         BranchSpendInput,
         BranchSpendOutput,
         MergeResultsInput,
@@ -36,7 +37,20 @@ with workflow.unsafe.imports_passed_through():
         SubtaskFailureDetails,
         SubtaskInput,
     )
-    from durable_plans.domain.ids import stable_id
+    from durable_plans.domain.failures import (
+        FailureType,
+        application_error,
+        invalid_plan_error,
+        plan_failed_error,
+        subtask_failure_details,
+    )
+    from durable_plans.domain.ids import (
+        branch_session_id,
+        plan_run_id,
+        plan_session_id,
+        subtask_scope,
+        subtask_workflow_id,
+    )
     from durable_plans.domain.models import (
         ErrorInfo,
         Plan,
@@ -51,7 +65,7 @@ with workflow.unsafe.imports_passed_through():
 
 from durable_plans.workflows import versions
 from durable_plans.workflows.store_ops import store_op
-from durable_plans.workflows.subtask import SubtaskWorkflow, branch_session_id
+from durable_plans.workflows.subtask import SubtaskWorkflow
 
 MAX_RESULT_EXCERPT = 4000
 PAYLOAD_BUDGET_CHARS = 400_000  # carried results stay far below the 512 KiB warning
@@ -69,29 +83,25 @@ def excerpt(text: str, limit: int) -> str:
 
 
 def default_session_id(plan: Plan) -> str:
-    return plan.session_id or f"plan-{plan.id}"
+    """The plan's base session (``domain.ids.plan_session_id``)."""
+    return plan_session_id(plan.id, plan.session_id)
 
 
 def failure_of(err: BaseException) -> tuple[SubtaskStatus, ErrorInfo, SubtaskFailureDetails | None]:
     """Turn a child's failure into the report's status, error and what it had spent."""
     cause: BaseException | None = err.cause if isinstance(err, ChildWorkflowError) else err
     if isinstance(cause, CancelledError):
-        return SubtaskStatus.CANCELLED, ErrorInfo(type="Cancelled", message="cancelled"), None
+        cancelled = ErrorInfo(type=FailureType.CANCELLED, message="cancelled")
+        return SubtaskStatus.CANCELLED, cancelled, None
     if isinstance(cause, ApplicationError):
-        details: SubtaskFailureDetails | None = None
-        if cause.details and isinstance(cause.details[0], dict):
-            try:
-                details = SubtaskFailureDetails.model_validate(cause.details[0])
-            except ValueError:
-                details = None
-        error = ErrorInfo(type=cause.type or "ApplicationError", message=cause.message)
-        return SubtaskStatus.FAILED, error, details
+        error = ErrorInfo(type=cause.type or FailureType.APPLICATION_ERROR, message=cause.message)
+        return SubtaskStatus.FAILED, error, subtask_failure_details(cause)
     if isinstance(cause, FailureError):
         return SubtaskStatus.FAILED, ErrorInfo(type=type(cause).__name__, message=str(cause)), None
     return SubtaskStatus.FAILED, ErrorInfo(type=type(err).__name__, message=str(err)), None
 
 
-@workflow.defn(name="PlanWorkflow")
+@workflow.defn(name=PLAN_WORKFLOW)
 class PlanWorkflow:
     def __init__(self) -> None:
         self._plan: Plan | None = None
@@ -143,16 +153,9 @@ class PlanWorkflow:
         catalog = AgentCatalog(agents=inp.agents) if inp.agents else BUILTIN_CATALOG
         problems = validate_plan(plan, known_agents=catalog.names())
         if problems:
-            raise ApplicationError(
-                f"invalid plan {plan.id!r}: " + "; ".join(problems),
-                list(problems),
-                type="InvalidPlan",
-                non_retryable=True,
-            )
+            raise invalid_plan_error(f"invalid plan {plan.id!r}: " + "; ".join(problems), problems)
         # Stable across continue-as-new, new for every fresh run of the same plan id.
-        # (Hashed: run ids are time-ordered, so their prefixes repeat between runs.)
-        run_key = stable_id(workflow.info().first_execution_run_id, length=10)
-        self._plan_run_id = f"{plan.id}.{run_key}"
+        self._plan_run_id = plan_run_id(plan.id, workflow.info().first_execution_run_id)
         self._merge_enabled = inp.merge_results
         self._results = {r.id: r for r in inp.results}
         self._merged = list(inp.merged)
@@ -185,13 +188,11 @@ class PlanWorkflow:
             failed = [r for r in report.subtasks if r.status is SubtaskStatus.FAILED]
             first = failed[0]
             assert first.error is not None
-            raise ApplicationError(
+            raise plan_failed_error(
                 f"plan {plan.id!r} failed: {report.counts.failed} of {len(report.subtasks)} "
                 f"subtasks failed, {report.counts.skipped} skipped; first failure: "
                 f"{first.id}: {first.error.type}: {first.error.message}",
                 report,
-                type="PlanFailed",
-                non_retryable=True,
             )
         return report
 
@@ -218,11 +219,10 @@ class PlanWorkflow:
                     await self._merge_ready(plan)
                     return False
                 stuck = [s.id for s in plan.subtasks if s.id not in self._results]
-                raise ApplicationError(
+                raise application_error(
+                    FailureType.SCHEDULER_STALLED,
                     f"scheduler stalled with {len(stuck)} subtasks neither runnable nor blocked: "
                     + ", ".join(stuck[:10]),
-                    type="SchedulerStalled",
-                    non_retryable=True,
                 )
             await workflow.wait_condition(lambda: self._changed)
             limit = inp.max_completions_per_run
@@ -240,7 +240,9 @@ class PlanWorkflow:
                 id=sid,
                 status=SubtaskStatus.SKIPPED,
                 agent=plan.subtask(sid).agent,
-                error=ErrorInfo(type="DependencyFailed", message=f"{root} {root_status}"),
+                error=ErrorInfo(
+                    type=FailureType.DEPENDENCY_FAILED, message=f"{root} {root_status}"
+                ),
             )
             statuses[sid] = SubtaskStatus.SKIPPED
         if not start_new:
@@ -271,7 +273,7 @@ class PlanWorkflow:
             outcome = await workflow.execute_child_workflow(
                 SubtaskWorkflow.run,
                 child_input,
-                id=f"{plan.id}/{sid}",
+                id=subtask_workflow_id(plan.id, sid),
                 static_summary=f"{agent}: {child_input.subtask.description[:120]}",
             )
             self._branches[sid] = outcome.branch_session_id
@@ -289,7 +291,7 @@ class PlanWorkflow:
                 id=sid,
                 status=SubtaskStatus.CANCELLED,
                 agent=agent,
-                error=ErrorInfo(type="Cancelled", message="the plan was cancelled"),
+                error=ErrorInfo(type=FailureType.CANCELLED, message="the plan was cancelled"),
             )
             raise
         except (ChildWorkflowError, FailureError) as err:
@@ -351,7 +353,7 @@ class PlanWorkflow:
             ACT_BRANCH_SPEND,
             BranchSpendInput(
                 entries=tuple(
-                    (sid, branches[sid], f"{self._plan_run_id}/{sid}", MAX_TURNS)
+                    (sid, branches[sid], subtask_scope(self._plan_run_id, sid), MAX_TURNS)
                     for sid in cancelled
                 )
             ),
@@ -379,5 +381,7 @@ class PlanWorkflow:
                     id=st.id,
                     status=SubtaskStatus.CANCELLED,
                     agent=st.agent,
-                    error=ErrorInfo(type="Cancelled", message="the plan was cancelled first"),
+                    error=ErrorInfo(
+                        type=FailureType.CANCELLED, message="the plan was cancelled first"
+                    ),
                 )

@@ -20,7 +20,6 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import (
     ActivityError,
-    ApplicationError,
     CancelledError,
     ChildWorkflowError,
 )
@@ -28,8 +27,20 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
-    from durable_plans.domain.contracts import PlanInput, ToolCallRef
-    from durable_plans.domain.ids import message_id, stable_id
+    from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput, ToolCallRef
+    from durable_plans.domain.failures import (
+        FailureType,
+        activity_failure,
+        application_error,
+        plan_report_of,
+    )
+    from durable_plans.domain.ids import (
+        plan_summary_message_id,
+        session_plan_id,
+        session_turn_scope,
+        switch_note_id,
+        user_message_id,
+    )
     from durable_plans.domain.models import Message, Plan, PlanReport, PlanStatus
     from durable_plans.domain.session_contracts import (
         ACT_ANSWER_TOOL,
@@ -193,7 +204,7 @@ class SessionWorkflow:
         problem = self._switch_problem(inp.target)
         if problem is not None:
             # Rejected before it is accepted: nothing is recorded in the history.
-            raise ApplicationError(problem, type="InvalidAgentSwitch", non_retryable=True)
+            raise application_error(FailureType.INVALID_AGENT_SWITCH, problem)
 
     @workflow.update
     async def history(self, inp: HistoryInput) -> list[Message]:
@@ -217,8 +228,8 @@ class SessionWorkflow:
     async def _run_turn(self, text: str, agent: str) -> SendMessageResult:
         n = self._handled
         self._handled += 1
-        scope = f"{workflow.info().workflow_id}/m{n}"
-        await self._append([Message(id=message_id(scope, "user"), role="user", content=text)])
+        scope = session_turn_scope(workflow.info().workflow_id, n)
+        await self._append([Message(id=user_message_id(scope), role="user", content=text)])
         spec = self._catalog.get(agent)
         custom: dict[str, CustomTool] = {SWITCH_TOOL: self._switch_tool(scope)}
         if agent == PLAN_AGENT:
@@ -240,16 +251,13 @@ class SessionWorkflow:
         try:
             answer = await loop.run(spec.max_turns)
         except LoopFailed as failure:
-            raise ApplicationError(
-                f"{failure.type}: {failure.message}", type=failure.type, non_retryable=True
-            ) from None
+            raise application_error(failure.type, failure.message, type_in_message=True) from None
         except ActivityError as err:
             cause = err.cause
             if isinstance(cause, CancelledError):
                 raise asyncio.CancelledError() from err
-            type_ = cause.type if isinstance(cause, ApplicationError) and cause.type else "LlmError"
-            message = cause.message if isinstance(cause, ApplicationError) else str(err)
-            raise ApplicationError(f"{type_}: {message}", type=type_, non_retryable=True) from err
+            type_, message = activity_failure(err)
+            raise application_error(type_, message, type_in_message=True) from err
         finally:
             self._usage = self._usage + loop.usage
         if self._pending_switch is not None:
@@ -284,9 +292,9 @@ class SessionWorkflow:
     async def _switch(self, target: str, reason: str, confidence: str) -> AgentSwitchResult:
         problem = self._switch_problem(target)
         if problem is not None:
-            raise ApplicationError(problem, type="InvalidAgentSwitch", non_retryable=True)
+            raise application_error(FailureType.INVALID_AGENT_SWITCH, problem)
         source = self._agent
-        note_id = message_id(f"{workflow.info().workflow_id}/switch", len(self._events))
+        note_id = switch_note_id(workflow.info().workflow_id, len(self._events))
         result: AgentSwitchResult = await store_op(
             ACT_SWITCH_CONTEXT,
             SwitchContextInput(
@@ -351,7 +359,7 @@ class SessionWorkflow:
                 scope, turn, index, ref, "error: no plan attempts are left for this message"
             )
             return None
-        plan_id = f"plan-{stable_id(self._session_id, scope, turn, index, length=12)}"
+        plan_id = session_plan_id(self._session_id, scope, turn, index)
         checked: CheckPlanCallOutput = await store_op(
             ACT_CHECK_PLAN,
             CheckPlanCallInput(
@@ -371,7 +379,7 @@ class SessionWorkflow:
             return None
         plan = Plan.model_validate_json(checked.plan_json)
         handle = await workflow.start_child_workflow(
-            "PlanWorkflow",
+            PLAN_WORKFLOW,
             PlanInput(plan=plan, agents=self._agents, merge_results=False),
             id=plan.id,
             result_type=PlanReport,
@@ -418,7 +426,7 @@ class SessionWorkflow:
             try:
                 report = await handle
             except ChildWorkflowError as err:
-                report = self._report_of_failure(plan, err)
+                report = plan_report_of(err)
             ref = self._plans[plan.id]
             summary = (
                 plan_summary(report)
@@ -431,7 +439,7 @@ class SessionWorkflow:
                 await self._append(
                     [
                         Message(
-                            id=message_id(f"{workflow.info().workflow_id}/plan", plan.id),
+                            id=plan_summary_message_id(workflow.info().workflow_id, plan.id),
                             role="system",
                             content=summary,
                         )
@@ -439,15 +447,3 @@ class SessionWorkflow:
                 )
         finally:
             self._running_plans -= 1
-
-    @staticmethod
-    def _report_of_failure(plan: Plan, err: ChildWorkflowError) -> PlanReport | None:
-        cause = err.cause
-        if isinstance(cause, ApplicationError) and cause.type == "PlanFailed" and cause.details:
-            detail = cause.details[0]
-            if isinstance(detail, dict):
-                try:
-                    return PlanReport.model_validate(detail)
-                except ValueError:
-                    return None
-        return None

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
     from durable_plans.domain.contracts import (
         ACT_BEGIN_SUBTASK,
         ACT_END_SUBTASK,
+        SUBTASK_WORKFLOW,
         BeginSubtaskInput,
         BeginSubtaskOutput,
         EndSubtaskInput,
@@ -25,18 +26,15 @@ with workflow.unsafe.imports_passed_through():
         SubtaskInput,
         SubtaskOutcome,
     )
-    from durable_plans.domain.ids import snapshot_id
+    from durable_plans.domain.failures import activity_failure, subtask_failed_error
+    from durable_plans.domain.ids import branch_session_id, snapshot_id, subtask_scope
 
 from durable_plans.workflows import versions
 from durable_plans.workflows.agent_loop import AgentLoop, LoopFailed
 from durable_plans.workflows.store_ops import store_op
 
 
-def branch_session_id(base_session_id: str, plan_run_id: str, subtask_id: str) -> str:
-    return f"{base_session_id}:{plan_run_id}:{subtask_id}:branch"
-
-
-@workflow.defn(name="SubtaskWorkflow")
+@workflow.defn(name=SUBTASK_WORKFLOW)
 class SubtaskWorkflow:
     def __init__(self) -> None:
         self._loop: AgentLoop | None = None
@@ -61,7 +59,7 @@ class SubtaskWorkflow:
         root = inp.root_session_id or inp.base_session_id
         branch = branch_session_id(inp.base_session_id, inp.plan_run_id, sub.id)
         snap = snapshot_id(inp.base_session_id, inp.plan_run_id, sub.id)
-        scope = f"{inp.plan_run_id}/{sub.id}"
+        scope = subtask_scope(inp.plan_run_id, sub.id)
         loop = AgentLoop(
             session_id=branch,
             scope=scope,
@@ -120,23 +118,15 @@ class SubtaskWorkflow:
                 branch_session_id=branch,
             )
         except LoopFailed as failure:
-            raise ApplicationError(
-                f"{failure.type}: {failure.message}",
-                failure_details(),
-                type=failure.type,
-                non_retryable=True,
-            ) from None
+            raise subtask_failed_error(failure.type, failure.message, failure_details()) from None
         except ActivityError as err:
             cause = err.cause
             if isinstance(cause, CancelledError):
                 # The activity was cancelled because this workflow is being cancelled:
                 # end Cancelled, not Failed, so the plan reports the truth.
                 raise asyncio.CancelledError() from err
-            type_ = cause.type if isinstance(cause, ApplicationError) and cause.type else "LlmError"
-            message = cause.message if isinstance(cause, ApplicationError) else str(err)
-            raise ApplicationError(
-                f"{type_}: {message}", failure_details(), type=type_, non_retryable=True
-            ) from err
+            type_, message = activity_failure(err)
+            raise subtask_failed_error(type_, message, failure_details()) from err
         finally:
             if not loop.branch_closed:
                 loop.phase = "closing"

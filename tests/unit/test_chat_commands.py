@@ -14,9 +14,9 @@ import pytest
 from durable_plans.domain.models import FunctionCall, Message, ToolCall
 from durable_plans.domain.session_contracts import AgentSwitchEvent, AgentSwitchResult
 from durable_plans.settings import Settings
-from durable_plans.starter.chat import (
+from durable_plans.starter.chat import EXIT_INVALID, chat
+from durable_plans.starter.chat_commands import (
     DEFAULT_HISTORY,
-    EXIT_INVALID,
     HELP_TEXT,
     MAX_HISTORY,
     Blank,
@@ -29,19 +29,15 @@ from durable_plans.starter.chat import (
     ShowHelp,
     ShowHistory,
     ShowStatus,
-    StdinLines,
     SwitchAgent,
     Unknown,
-    chat,
-    check_session_id,
-    event_line,
-    history_line,
-    new_session_id,
     parse_command,
-    switch_lines,
 )
+from durable_plans.starter.chat_render import event_line, history_line, switch_lines
 from durable_plans.starter.cli import build_parser
 from durable_plans.starter.plan_command import plan_goal_command
+from durable_plans.starter.session_client import check_session_id, new_session_id
+from durable_plans.starter.stdin_lines import StdinLines
 
 # --------------------------------------------------------------------------- parse_command
 

@@ -1,0 +1,126 @@
+"""What ``dplan chat`` shows: one-line renderings of messages, events, switches and plans,
+and the screen they go to (rich on a terminal, verbatim lines anywhere else, so piped
+transcripts stay greppable).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Final
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.text import Text
+
+from durable_plans.domain.models import Message
+from durable_plans.domain.session_contracts import AgentSwitchEvent, AgentSwitchResult, PlanRef
+
+__all__ = [
+    "Screen",
+    "event_line",
+    "history_line",
+    "one_line",
+    "plan_line",
+    "switch_lines",
+]
+
+_PLAIN_WIDTH: Final = 100
+
+
+def one_line(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: max(width - 1, 0)] + "…"
+
+
+def _when(at: str) -> str:
+    if not at:
+        return "-"
+    try:
+        return datetime.fromisoformat(at).strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return at
+
+
+def history_line(message: Message, width: int) -> str:
+    """One screen line for a message: role, then its content and tool calls."""
+    parts: list[str] = []
+    if message.content:
+        parts.append(message.content)
+    for call in message.tool_calls or ():
+        parts.append(f"→ tool({call.function.name})")
+    body = " ".join(parts) if parts else "(empty)"
+    if message.role == "tool" and message.name:
+        body = f"{message.name}: {body}"
+    prefix = f"{message.role:<9} "
+    return prefix + one_line(body, width - len(prefix))
+
+
+def event_line(event: AgentSwitchEvent) -> str:
+    reason = f"  reason: {event.reason}" if event.reason else ""
+    return (
+        f"{_when(event.at)}  {event.from_agent} → {event.to_agent}{reason}"
+        f"  (confidence: {event.confidence})"
+    )
+
+
+def switch_lines(result: AgentSwitchResult) -> list[str]:
+    preserved = result.preserved_result if result.preserved_result is not None else "(none)"
+    return [
+        f"switched {result.from_agent} → {result.to_agent}",
+        f"  removed_count: {result.removed_count}",
+        f"  preserved_result: {one_line(preserved, 200)}",
+        f"  final_message_count: {result.final_message_count}",
+        "  note: " + result.context_message.strip().replace("\n", "\n    "),
+    ]
+
+
+def plan_line(plan: PlanRef, progress: str | None) -> str:
+    text = f"  {plan.plan_id}  {plan.status.value}"
+    if progress:
+        text += f"  {progress}"
+    if plan.goal:
+        text += f"  goal: {one_line(plan.goal, 60)}"
+    if plan.summary:
+        text += f"  — {one_line(plan.summary, 120)}"
+    return text
+
+
+class Screen:
+    """Where the chat writes: rich on a terminal, verbatim lines anywhere else."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(highlight=False)
+        self.is_terminal = self.console.is_terminal
+
+    @property
+    def width(self) -> int:
+        if self.is_terminal:
+            return self.console.width
+        return shutil.get_terminal_size((_PLAIN_WIDTH, 24)).columns
+
+    def line(self, text: str, style: str | None = None) -> None:
+        if self.is_terminal and style:
+            self.console.print(Text(text, style=style), soft_wrap=True)
+        else:
+            self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def lines(self, texts: Sequence[str], style: str | None = None) -> None:
+        for text in texts:
+            self.line(text, style)
+
+    def error(self, text: str) -> None:
+        self.line(f"error: {text}", "bold red")
+
+    def answer(self, agent: str, text: str) -> None:
+        if self.is_terminal:
+            self.console.print(Text(f"{agent}:", style="bold cyan"))
+            self.console.print(Markdown(text))
+        else:
+            self.line(f"{agent}: {text}")
+
+    def prompt(self, text: str) -> None:
+        # Only a person needs a prompt; in a transcript of a pipe it is noise.
+        if self.is_terminal:
+            self.console.print(Text(text, style="bold green"), end="")
