@@ -24,14 +24,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 from temporalio.client import Client
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_plans.activities.log import configure_logging, get_logger
 from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.plugin import DurablePlansPlugin, client_carrying
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import describe_store_target, open_session_store
 from durable_plans.settings import Settings, SettingsError
 from durable_plans.starter.client import TemporalUnreachable, connect
+from durable_plans.starter.connection import describe_connection
 
 __all__ = ["build_worker", "main", "run_worker", "safe_url"]
 
@@ -50,53 +51,22 @@ def build_worker(
     activities: Sequence[Callable[..., Any]] | None = None,
     grace_period: timedelta = DEFAULT_GRACE_PERIOD,
 ) -> Worker:
-    """A worker for the plan task queue; ``workflows``/``activities`` replace the defaults
-    (tests register their own small ones on the same wiring)."""
-    if workflows is None:
-        # Imported on use: importing the workflow package loads every workflow module,
-        # which a caller that passes its own (tests, tools) has no reason to pay for.
-        from durable_plans.workflows import ALL_WORKFLOWS
+    """A worker for the plan task queue, wired by ``DurablePlansPlugin``.
 
-        workflows = ALL_WORKFLOWS
-    if activities is None:
-        from durable_plans.activities.llm import import_litellm
-        from durable_plans.activities.registry import PlanActivities
-
-        # Imported now, not in the first LLM activity: the import takes seconds and
-        # blocks the event loop, long enough to miss that activity's heartbeat timeout.
-        import_litellm()
-        activities = PlanActivities(store, settings).all()
+    ``workflows``/``activities`` replace the defaults (tests register their own small ones
+    on the same wiring). The worker's timeouts and attempts for LLM calls and tools come
+    from ``settings`` (``Settings.activity_parameters``). ``client`` may carry a
+    ``DurablePlansPlugin`` (``connect()`` gives it one) or not: either way the worker is
+    configured once, by this worker's plugin.
+    """
+    plugin = DurablePlansPlugin(
+        settings=settings, store=store, workflows=workflows, activities=activities
+    )
     return Worker(
-        client,
+        client_carrying(client, plugin),
         task_queue=settings.task_queue,
-        workflows=list(workflows),
-        activities=list(activities),
-        workflow_runner=workflow_runner(),
         max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
         graceful_shutdown_timeout=grace_period,
-    )
-
-
-# Pure modules every workflow run would otherwise re-import inside its sandbox: the domain
-# model (and pydantic under it) and the workflows' own stateless helpers. Passing them
-# through keeps each new workflow's first task short; none of them holds mutable state.
-PASSTHROUGH_MODULES = (
-    "durable_plans.domain",
-    "pydantic",
-    "pydantic_core",
-    "annotated_types",
-    "typing_inspection",
-    "yaml",
-    "durable_plans.workflows.policies",
-    "durable_plans.workflows.versions",
-    "durable_plans.workflows.store_ops",
-    "durable_plans.workflows.agent_loop",
-)
-
-
-def workflow_runner() -> SandboxedWorkflowRunner:
-    return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
     )
 
 
@@ -166,13 +136,21 @@ async def run_worker(
             log.info(
                 "worker.started",
                 task_queue=settings.task_queue,
-                address=settings.temporal_address,
-                namespace=settings.temporal_namespace,
+                **describe_connection(
+                    settings.temporal_address,
+                    settings.temporal_namespace,
+                    settings.temporal_access,
+                ),
                 model=settings.model,
                 subagent_model=settings.effective_subagent_model,
                 api_base=safe_url(settings.api_base),
                 session_store=describe_store_target(settings.session_store),
                 max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
+                llm_timeout_s=settings.llm_timeout_s,
+                llm_heartbeat_s=settings.llm_heartbeat_s,
+                llm_max_attempts=settings.llm_max_attempts,
+                tool_timeout_s=settings.tool_timeout_s,
+                tool_max_attempts=settings.tool_max_attempts,
             )
             running = asyncio.create_task(worker.run(), name="dplan-worker")
             stopping = asyncio.create_task(stop.wait(), name="dplan-worker-stop")
@@ -190,7 +168,11 @@ async def run_worker(
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="dplan-worker",
-        description="Run a durable-plans worker against TEMPORAL_ADDRESS.",
+        description=(
+            "Run a durable-plans worker. The Temporal connection comes from Temporal's "
+            "environment configuration: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, "
+            "TEMPORAL_API_KEY, TEMPORAL_TLS_*, TEMPORAL_PROFILE / TEMPORAL_CONFIG_FILE."
+        ),
     )
     parser.add_argument(
         "--log-level",
@@ -234,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except TemporalUnreachable as err:
         print(
             f"dplan-worker: {err}\n"
-            "  Set TEMPORAL_ADDRESS to a running server, or start one:\n"
+            "  Set TEMPORAL_ADDRESS (or a TEMPORAL_PROFILE) to a running server, or start one:\n"
             "    dplan run PLAN --embedded     (dev server + worker in one process)\n"
             "    temporal server start-dev     (a local dev server on localhost:7233)",
             file=sys.stderr,

@@ -50,19 +50,20 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from bench.fake_dag import LitellmAgent, run_dag
 from bench.temporal_floor import floor_worker, run_temporal_floor
 from durable_plans.domain.contracts import ACT_CALL_LLM, ACT_MERGE_RESULTS, PlanInput
+from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
 from durable_plans.domain.scheduling import critical_path_length
+from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
 from durable_plans.starter.embedded import temporal_binary
+from durable_plans.testing import FakeProvider
 from durable_plans.worker import build_worker
-from tests.support.fake_provider import FakeProvider
 
 MODEL = "openai/fake-model"
 FAKE_KEY = "sk-bench-fake-000000000000000000000000000"  # the fake provider checks no key
@@ -238,7 +239,7 @@ def plan_times(
 async def fetch_times(client: Client, plan: Plan) -> tuple[PlanTimes, dict[str, SubtaskTimes]]:
     children: dict[str, SubtaskTimes] = {}
     for sub in plan.subtasks:
-        wid = f"{plan.id}/{sub.id}"
+        wid = subtask_workflow_id(plan.id, sub.id)
         history = await client.get_workflow_handle(wid).fetch_history()
         children[sub.id] = subtask_times(wid, history.events)
     history = await client.get_workflow_handle(plan.id).fetch_history()
@@ -311,7 +312,7 @@ async def measure(
             with _stdout_silenced():
                 env = await WorkflowEnvironment.start_local(
                     dev_server_existing_path=str(temporal_binary()),
-                    data_converter=pydantic_data_converter,
+                    plugins=[DurablePlansPlugin()],
                     dev_server_log_level="error",
                 )
             try:

@@ -45,13 +45,14 @@ from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.activities.scripted_model import LATENCY_ENV, SCRIPTED_MODEL
 from durable_plans.domain.contracts import PlanInput
+from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
+from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
 from durable_plans.starter.embedded import temporal_binary
@@ -358,7 +359,7 @@ async def big_plan(
         server_rss_kb=server_rss_kb(),
         runs=runs,
         subtask_id=first,
-        subtask_events=await event_count(client, f"{plan.id}/{first}"),
+        subtask_events=await event_count(client, subtask_workflow_id(plan.id, first)),
         retries=await activity_retries(client, _workflow_ids(plan)),
         late_completions=counter.late_completions - late_before,
     )
@@ -366,7 +367,7 @@ async def big_plan(
 
 def _workflow_ids(plan: Plan) -> list[str]:
     """The plan's latest run and every SubtaskWorkflow it started (ids are stable)."""
-    return [plan.id, *(f"{plan.id}/{s.id}" for s in plan.subtasks)]
+    return [plan.id, *(subtask_workflow_id(plan.id, s.id) for s in plan.subtasks)]
 
 
 async def many_plans(
@@ -451,7 +452,7 @@ async def measure(big_sizes: Sequence[int], concurrent: Sequence[int]) -> Result
         with _stdout_silenced():
             env = await WorkflowEnvironment.start_local(
                 dev_server_existing_path=str(temporal_binary()),
-                data_converter=pydantic_data_converter,
+                plugins=[DurablePlansPlugin()],
                 dev_server_log_level="error",
                 runtime=core_runtime(counter),
             )

@@ -163,15 +163,13 @@ class FloorPlanWorkflow:
 def floor_worker(client: Client, task_queue: str) -> Worker:
     """A worker for the skeleton, on the project's own sandboxed runner, so both pay the
     same sandbox cost per workflow run."""
-    from durable_plans.worker import workflow_runner
+    from durable_plans.plugin import DurablePlansPlugin, client_carrying
 
-    return Worker(
-        client,
-        task_queue=task_queue,
+    plugin = DurablePlansPlugin(
         workflows=[FloorPlanWorkflow, FloorSubtaskWorkflow],
         activities=[floor_llm, floor_tool, floor_merge],
-        workflow_runner=workflow_runner(),
     )
+    return Worker(client_carrying(client, plugin), task_queue=task_queue)
 
 
 def floor_input(

@@ -27,11 +27,11 @@ from typing import TextIO
 from google.protobuf.json_format import ParseError
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.settings import Settings, SettingsError
 from durable_plans.starter.client import TemporalUnreachable, connect
 
@@ -279,13 +279,18 @@ async def collect_runs(
 # --------------------------------------------------------------------------- replaying
 
 
-def make_replayer(workflows: Sequence[type] | None = None) -> Replayer:
-    """The Replayer a worker would be: the same workflows, the same payload converter."""
-    if workflows is None:
-        from durable_plans.workflows import ALL_WORKFLOWS
+def make_replayer(
+    workflows: Sequence[type] | None = None, *, settings: Settings | None = None
+) -> Replayer:
+    """The Replayer a worker would be: the worker's plugin, so the same workflows, payload
+    converter, sandbox passthrough and failure types (``workflows`` replaces ours).
 
-        workflows = ALL_WORKFLOWS
-    return Replayer(workflows=list(workflows), data_converter=pydantic_data_converter)
+    ``settings`` are the worker's (what the plugin derives from them applies; no store, so
+    no activities: a replayer runs none).
+    """
+    return Replayer(
+        workflows=[], plugins=[DurablePlansPlugin(settings=settings, workflows=workflows)]
+    )
 
 
 async def replay_runs(

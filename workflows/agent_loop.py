@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         ACT_FINISH_SPAWN,
         ACT_PREPARE_SPAWN,
         ACT_RUN_TOOL,
+        SUBTASK_WORKFLOW,
         AppendNotesInput,
         BeginSubtaskInput,
         DelegateInput,
@@ -39,11 +40,17 @@ with workflow.unsafe.imports_passed_through():
         LlmCallOutput,
         PrepareSpawnInput,
         PrepareSpawnOutput,
-        SubtaskFailureDetails,
         SubtaskInput,
+        SubtaskOutcome,
         ToolCallInput,
         ToolCallOutput,
         ToolCallRef,
+    )
+    from durable_plans.domain.failures import FailureType, subtask_failure_details
+    from durable_plans.domain.ids import (
+        short_session_id,
+        spawned_subtask_id,
+        spawned_workflow_id,
     )
     from durable_plans.domain.models import Budget, Subtask, Usage
 
@@ -58,7 +65,7 @@ CustomTool = Callable[[str, int, int, ToolCallRef], Awaitable[str | None]]
 class LoopFailed(Exception):
     """The loop stopped without an answer (not an activity error): type and message."""
 
-    def __init__(self, type_: str, message: str) -> None:
+    def __init__(self, type_: FailureType, message: str) -> None:
         super().__init__(message)
         self.type = type_
         self.message = message
@@ -99,6 +106,7 @@ class AgentLoop:
             self.phase = "thinking"
             # Counted before the call: a call that fails still happened (and may be billed).
             self.llm_calls += 1
+            params = policies.current_parameters()
             out: LlmCallOutput = await workflow.execute_activity(
                 ACT_CALL_LLM,
                 LlmCallInput(
@@ -115,9 +123,9 @@ class AgentLoop:
                     close_on_answer=self.close_on_answer,
                 ),
                 result_type=LlmCallOutput,
-                start_to_close_timeout=policies.LLM_START_TO_CLOSE,
-                heartbeat_timeout=policies.LLM_HEARTBEAT,
-                retry_policy=policies.LLM_RETRY,
+                start_to_close_timeout=params.llm_start_to_close,
+                heartbeat_timeout=params.llm_heartbeat,
+                retry_policy=params.llm_retry,
             )
             self.usage = self.usage + out.usage
             self.begin = None  # built: the next calls only read it
@@ -126,7 +134,9 @@ class AgentLoop:
                 if out.content and out.content.strip():
                     self.turn += 1
                     return out.content
-                raise LoopFailed("EmptyAnswer", "the model ended its turn without an answer")
+                raise LoopFailed(
+                    FailureType.EMPTY_ANSWER, "the model ended its turn without an answer"
+                )
             self.phase = "running tools"
             notes = await asyncio.gather(
                 *(self._run_call(out.message_id, i, ref) for i, ref in enumerate(out.tool_calls))
@@ -143,7 +153,8 @@ class AgentLoop:
                 )
             self.turn += 1
         raise LoopFailed(
-            "MaxTurnsReached", f"no final answer after {max_turns} turns (max_turns={max_turns})"
+            FailureType.MAX_TURNS_REACHED,
+            f"no final answer after {max_turns} turns (max_turns={max_turns})",
         )
 
     async def _run_call(self, message_id: str, index: int, ref: ToolCallRef) -> str | None:
@@ -152,6 +163,7 @@ class AgentLoop:
         custom = self.custom_tools.get(ref.name)
         if custom is not None:
             return await custom(message_id, self.turn, index, ref)
+        params = policies.current_parameters()
         if ref.name == DELEGATE_TOOL and DELEGATE_TOOL in tools:
             delegated: DelegateOutput = await workflow.execute_activity(
                 ACT_DELEGATE,
@@ -165,9 +177,9 @@ class AgentLoop:
                     root_session_id=self.root_session_id,
                 ),
                 result_type=DelegateOutput,
-                start_to_close_timeout=policies.LLM_START_TO_CLOSE,
-                heartbeat_timeout=policies.LLM_HEARTBEAT,
-                retry_policy=policies.LLM_RETRY,
+                start_to_close_timeout=params.llm_start_to_close,
+                heartbeat_timeout=params.llm_heartbeat,
+                retry_policy=params.llm_retry,
             )
             self.usage = self.usage + delegated.usage
             return None
@@ -191,26 +203,26 @@ class AgentLoop:
                 ACT_RUN_TOOL,
                 inp,
                 result_type=ToolCallOutput,
-                start_to_close_timeout=policies.TOOL_START_TO_CLOSE,
-                retry_policy=policies.TOOL_RETRY,
+                start_to_close_timeout=params.tool_start_to_close,
+                retry_policy=params.tool_retry,
             )
         else:  # a run started before the change replays the regular activity it ran
             await workflow.execute_activity(
                 ACT_RUN_TOOL,
                 inp,
                 result_type=ToolCallOutput,
-                start_to_close_timeout=policies.TOOL_START_TO_CLOSE,
+                start_to_close_timeout=params.tool_start_to_close,
                 heartbeat_timeout=policies.SHORT_HEARTBEAT,
-                retry_policy=policies.TOOL_RETRY,
+                retry_policy=params.tool_retry,
             )
         return None
 
     async def _spawn(self, message_id: str, index: int, ref: ToolCallRef) -> str | None:
-        """A nested SubtaskWorkflow in its own child session; its summary is the result."""
-        from durable_plans.workflows.subtask import (
-            SubtaskWorkflow,  # the loop is part of that workflow
-        )
+        """A nested SubtaskWorkflow in its own child session; its summary is the result.
 
+        Started by its type name, not its class: the loop is part of SubtaskWorkflow, and
+        importing that module from here would make the two import each other.
+        """
         turn = self.turn
         prep: PrepareSpawnOutput = await store_op(
             ACT_PREPARE_SPAWN,
@@ -229,7 +241,7 @@ class AgentLoop:
         if prep.refusal is not None or prep.child_session_id is None:
             return None  # the refusal is already the tool result; the agent carries on
         assert prep.agent is not None and prep.task is not None
-        child_id = f"{prep.agent}-{turn}-{index}"
+        child_id = spawned_subtask_id(prep.agent, turn, index)
         child = SubtaskInput(
             plan_run_id=self.child_scope or self.scope,
             subtask=Subtask(id=child_id, description=prep.task, agent=prep.agent),
@@ -241,9 +253,10 @@ class AgentLoop:
         )
         try:
             outcome = await workflow.execute_child_workflow(
-                SubtaskWorkflow.run,
+                SUBTASK_WORKFLOW,
                 child,
-                id=f"{workflow.info().workflow_id}/{child_id}",
+                result_type=SubtaskOutcome,
+                id=spawned_workflow_id(workflow.info().workflow_id, child_id),
                 static_summary=f"sub-agent {prep.agent}: {prep.task[:100]}",
             )
             ok, text, usage = True, outcome.result, outcome.usage
@@ -254,11 +267,9 @@ class AgentLoop:
             usage = Usage()
             if isinstance(cause, ApplicationError):
                 text = f"{cause.type}: {cause.message}" if cause.type else cause.message
-                if cause.details and isinstance(cause.details[0], dict):
-                    try:
-                        usage = SubtaskFailureDetails.model_validate(cause.details[0]).usage
-                    except ValueError:
-                        usage = Usage()
+                details = subtask_failure_details(cause)
+                if details is not None:
+                    usage = details.usage
             else:
                 text = str(cause or err)
             ok = False
@@ -276,5 +287,5 @@ class AgentLoop:
                 text=text,
             ),
         )
-        short = prep.child_session_id.removeprefix("sub-")[:8]
+        short = short_session_id(prep.child_session_id)
         return f"[sub-agent {short} {'result' if ok else 'error'}] {text}"

@@ -2,55 +2,137 @@
 
 Temporal owns every retry (litellm's own are off), so these numbers bound how long a plan
 keeps trying and how fast a dead worker is noticed (heartbeat timeout).
+
+The LLM and tool numbers are an ``ActivityParameters`` object, not constants: the worker
+builds one from its settings (``DPLAN_LLM_*``, ``DPLAN_TOOL_*``) and hands it to its
+workflows through the plugin (``durable_plans.plugin``) as an extern function, so two
+workers in one process may run with different numbers. Workflow code reads it with
+``current_parameters()``. Timeouts and attempts are not part of what replay compares, so
+changing them never breaks a running workflow.
+
+This module is pure (no I/O, no state) and passed through the workflow sandbox: the
+``ActivityParameters`` class inside a workflow is the very class the worker built.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
+from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-# Errors classified non-retryable by activities/llm_errors.py; listed here too so that a
-# wrongly flagged error of these types is still never retried.
-NON_RETRYABLE_LLM_ERRORS = [
-    "BadRequest",
-    "ContextWindowExceeded",
-    "ContentPolicy",
-    "Authentication",
-    "PermissionDenied",
-    "NotFound",
-    "BudgetExceeded",
-    "UnprocessableEntity",
+from durable_plans.domain.failures import NON_RETRYABLE_LLM_FAILURES
+
+__all__ = [
+    "DEFAULT_PARAMETERS",
+    "LLM_BACKOFF_COEFFICIENT",
+    "NON_RETRYABLE_LLM_ERRORS",
+    "PARAMETERS_EXTERN",
+    "SHORT_HEARTBEAT",
+    "ActivityParameters",
+    "current_parameters",
 ]
 
-LLM_START_TO_CLOSE = timedelta(minutes=3)
-# Long enough that a busy worker's event loop (hundreds of subtasks on two cores) does
-# not miss it and get a live call retried; short enough that a dead worker's calls move
-# to another worker within seconds.
-LLM_HEARTBEAT = timedelta(seconds=15)
-LLM_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=6,
-    non_retryable_error_types=NON_RETRYABLE_LLM_ERRORS,
-)
+# Errors classified non-retryable by activities/llm_errors.py; listed here too so that a
+# wrongly flagged error of these types is still never retried (the list lives with the
+# failure types, in domain/failures.py; plain strings here, as the retry policy holds them).
+NON_RETRYABLE_LLM_ERRORS = tuple(t.value for t in NON_RETRYABLE_LLM_FAILURES)
 
-# Workspace tools run as local activities: no heartbeat, the SDK keeps the workflow task
-# alive while one runs; a dead worker's tool call runs again on the next worker.
-TOOL_START_TO_CLOSE = timedelta(minutes=2)
-# Runs recorded before that ran tools as regular activities, heartbeating every second;
-# a silent one was retried elsewhere after this. Kept so those histories still replay.
+LLM_BACKOFF_COEFFICIENT = 2.0
+
+# Runs recorded before workspace tools became local activities ran them as regular
+# activities, heartbeating every second; a silent one was retried elsewhere after this.
+# Kept so those histories still replay (the old path is only ever replayed).
 SHORT_HEARTBEAT = timedelta(seconds=5)
-TOOL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=10),
-    maximum_attempts=5,
-)
 
-SESSION_START_TO_CLOSE = timedelta(minutes=2)
-SESSION_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=500),
-    maximum_interval=timedelta(seconds=10),
-    maximum_attempts=10,
-)
+# The name under which a worker exposes its parameters to its workflows.
+PARAMETERS_EXTERN = "durable_plans.activity_parameters"
+
+
+@dataclass(frozen=True)
+class ActivityParameters:
+    """Timeouts and attempts of the activities that cost time or money: LLM calls
+    (``call_llm`` and ``delegate_to_sub_agent``) and workspace tools (``run_tool``).
+
+    Frozen and free of I/O, so a workflow may hold it; built by ``Settings`` from the
+    environment (see README's configuration table), defaults otherwise.
+    """
+
+    llm_start_to_close: timedelta = timedelta(minutes=3)
+    """One LLM attempt, from start to result: the provider request (``DPLAN_LLM_TIMEOUT_S``)
+    plus the session-store reads and writes around it."""
+
+    llm_heartbeat: timedelta = timedelta(seconds=15)
+    """Silence after which an LLM attempt counts as lost (its worker died) and runs again
+    elsewhere. Long enough that a busy worker's event loop (hundreds of subtasks on two
+    cores) does not miss it and get a live call retried; short enough that a dead worker's
+    calls move to another worker within seconds."""
+
+    llm_max_attempts: int = 6
+    """Attempts of one LLM call on retryable errors (rate limit, timeout, 5xx, connection),
+    the first included; non-retryable errors (``NON_RETRYABLE_LLM_ERRORS``) stop at once."""
+
+    llm_initial_backoff: timedelta = timedelta(seconds=1)
+    llm_max_backoff: timedelta = timedelta(seconds=30)
+
+    tool_start_to_close: timedelta = timedelta(minutes=2)
+    """One workspace tool attempt. Tools run as local activities: no heartbeat, the SDK
+    keeps the workflow task alive while one runs; a dead worker's tool call runs again on
+    the next worker."""
+
+    tool_max_attempts: int = 5
+    """Attempts of one tool call that raised (a tool's own error is a tool result, not a
+    failure: it goes back to the model and is not retried)."""
+
+    tool_initial_backoff: timedelta = timedelta(seconds=1)
+    tool_max_backoff: timedelta = timedelta(seconds=10)
+
+    def __post_init__(self) -> None:
+        problems = [
+            f"{name} must be positive"
+            for name in ("llm_start_to_close", "llm_heartbeat", "tool_start_to_close")
+            if getattr(self, name) <= timedelta(0)
+        ]
+        problems += [
+            f"{name} must be at least 1"
+            for name in ("llm_max_attempts", "tool_max_attempts")
+            if getattr(self, name) < 1
+        ]
+        if problems:
+            raise ValueError("invalid activity parameters: " + "; ".join(problems))
+
+    @property
+    def llm_retry(self) -> RetryPolicy:
+        return RetryPolicy(
+            initial_interval=self.llm_initial_backoff,
+            backoff_coefficient=LLM_BACKOFF_COEFFICIENT,
+            maximum_interval=self.llm_max_backoff,
+            maximum_attempts=self.llm_max_attempts,
+            non_retryable_error_types=list(NON_RETRYABLE_LLM_ERRORS),
+        )
+
+    @property
+    def tool_retry(self) -> RetryPolicy:
+        return RetryPolicy(
+            initial_interval=self.tool_initial_backoff,
+            maximum_interval=self.tool_max_backoff,
+            maximum_attempts=self.tool_max_attempts,
+        )
+
+
+DEFAULT_PARAMETERS = ActivityParameters()
+
+
+def current_parameters() -> ActivityParameters:
+    """The parameters of the worker running this workflow; the defaults where none were
+    given (a Replayer or worker assembled without the plugin's parameters).
+
+    Only callable from workflow code. Read at each call, not cached: a workflow that moves
+    to a worker with other settings uses that worker's numbers from then on.
+    """
+    extern = workflow.extern_functions().get(PARAMETERS_EXTERN)
+    if extern is None:
+        return DEFAULT_PARAMETERS
+    parameters = extern()
+    return parameters if isinstance(parameters, ActivityParameters) else DEFAULT_PARAMETERS

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.domain.contracts import PlanInput
@@ -41,13 +40,14 @@ from durable_plans.domain.session_contracts import (
     SwitchAgentInput,
     session_workflow_id,
 )
+from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
 from durable_plans.starter.replay_command import RunHistory, collect_runs, replay_runs, save_runs
+from durable_plans.testing import FakeProvider, FakeProviderProcess
 from durable_plans.worker import build_worker
 from tests.integration.plans import run_plan
 from tests.integration.workers import WorkerProcess
-from tests.support.fake_provider import FakeProvider, FakeProviderProcess
 
 HISTORIES = Path(__file__).resolve().parent
 # Each workflow shape that runs may still be in flight keeps its own directory; a change
@@ -335,7 +335,7 @@ async def record(names: Sequence[str]) -> None:
         tmp = Path(tmp_name)
         server = await WorkflowEnvironment.start_local(
             dev_server_existing_path=temporal_binary(),
-            data_converter=pydantic_data_converter,
+            plugins=[DurablePlansPlugin()],
             dev_server_log_level="error",
         )
         try:

@@ -9,16 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 
-from durable_plans.workflows import ALL_WORKFLOWS
+from durable_plans.starter.replay_command import make_replayer
 
 
 async def assert_replays(client: Client, workflow_ids: Iterable[str]) -> int:
     """Replay every run of each workflow id, following continue-as-new back to the first
     run; returns how many runs were replayed."""
-    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
+    replayer = make_replayer()
     replayed = 0
     for workflow_id in workflow_ids:
         run_id: str | None = None

@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 from temporalio import workflow
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 from durable_plans.domain.contracts import SubtaskInput, SubtaskOutcome
@@ -27,7 +25,6 @@ from durable_plans.starter.replay_command import (
     replay_runs,
     workflow_id_from_file_name,
 )
-from durable_plans.workflows import ALL_WORKFLOWS
 from durable_plans.workflows.subtask import SubtaskWorkflow
 from tests.histories.record import CURRENT_SHAPE
 
@@ -101,8 +98,7 @@ def test_the_crash_case_holds_a_retried_llm_call(shape: Path) -> None:
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(HISTORIES)))
 async def test_recorded_history_replays(path: Path) -> None:
     run = load_history_file(path)
-    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(run.history, raise_on_replay_failure=False)
+    result = await make_replayer().replay_workflow(run.history, raise_on_replay_failure=False)
     assert result.replay_failure is None, (
         f"{path.relative_to(HISTORIES)} no longer replays; the workflow change breaks "
         f"running workflows (see tests/histories/README.md): {result.replay_failure}"
@@ -129,9 +125,7 @@ class SubtaskWorkflowWithANewFirstStep(SubtaskWorkflow):
 
 async def test_a_changed_workflow_fails_to_replay_with_a_nondeterminism_error() -> None:
     run = load_history_file(SUCCESS_SUBTASK)
-    replayer = Replayer(
-        workflows=[SubtaskWorkflowWithANewFirstStep], data_converter=pydantic_data_converter
-    )
+    replayer = make_replayer([SubtaskWorkflowWithANewFirstStep])
     with pytest.raises(NondeterminismError) as info:
         await replayer.replay_workflow(run.history)
     assert "Nondeterminism error" in str(info.value), info.value

@@ -1,0 +1,262 @@
+"""All of durable-plans' Temporal wiring, as one Temporal plugin.
+
+A client, a worker and a replayer must agree on how payloads are encoded, which modules
+the workflow sandbox passes through, which workflows exist and which exceptions fail a
+workflow: a replayer built without the worker's sandbox settings, or a client without the
+pydantic converter, misreads every history. ``DurablePlansPlugin`` is that agreement, in
+one place, on the SDK's own plugin interface (``temporalio.plugin.SimplePlugin``, as
+``OpenAIAgentsPlugin`` uses it):
+
+* the data converter: pydantic models as JSON payloads (``pydantic_data_converter``, the
+  encoding every recorded history uses), with an optional payload codec on top;
+* the sandbox passthrough of our pure modules (``PASSTHROUGH_MODULES``);
+* the workflows (``PlanWorkflow``, ``SubtaskWorkflow``, ``SessionWorkflow``);
+* the activities, when it is given a session store and settings (a worker); a client or
+  a replayer registers none;
+* the workflow failure exception types;
+* the worker's ``ActivityParameters`` (timeouts and attempts of LLM calls and tools),
+  handed to its workflows through an extern function, so each worker's workflows use that
+  worker's settings even when several workers share one process.
+
+Use: ``Client.connect(..., plugins=[DurablePlansPlugin()])`` for a client;
+``Replayer(workflows=[], plugins=[DurablePlansPlugin()])`` for a replayer; a worker is
+``Worker(client_carrying(client, DurablePlansPlugin(settings=s, store=st)), ...)``, which
+``durable_plans.worker.build_worker`` does.
+
+Plugins on a client propagate to every worker built from it. A worker built from a client
+that already carries a ``DurablePlansPlugin`` would otherwise configure itself twice (the
+SDK warns, and the workflows would be registered twice), so ``client_carrying`` gives the
+worker a client whose ``DurablePlansPlugin`` is the worker's own instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pydantic
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import (
+    Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowRunner,
+)
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from durable_plans.workflows.policies import PARAMETERS_EXTERN, ActivityParameters
+
+if TYPE_CHECKING:
+    from durable_plans.session_store import SessionStore
+    from durable_plans.settings import Settings
+
+__all__ = [
+    "PASSTHROUGH_MODULES",
+    "PLUGIN_NAME",
+    "WORKFLOW_FAILURE_EXCEPTION_TYPES",
+    "DurablePlansPlugin",
+    "client_carrying",
+    "plugin_of",
+]
+
+PLUGIN_NAME = "durable_plans.DurablePlansPlugin"
+
+T = TypeVar("T")
+
+# Pure modules every workflow run would otherwise re-import inside its sandbox: the domain
+# model (and pydantic under it) and the workflows' own stateless helpers. Passing them
+# through keeps each new workflow's first task short; none of them holds mutable state.
+# Ours are named by their full package path: a foreign top-level ``domain`` must never
+# bypass the sandbox because it shares a name with ours.
+PASSTHROUGH_MODULES: tuple[str, ...] = (
+    "durable_plans.domain",
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "typing_inspection",
+    "yaml",
+    "durable_plans.workflows.policies",
+    "durable_plans.workflows.versions",
+    "durable_plans.workflows.store_ops",
+    "durable_plans.workflows.agent_loop",
+)
+
+# Exceptions that fail the workflow instead of its workflow task. A pydantic
+# ValidationError is a payload that does not fit our models (a workflow's input, an
+# update's argument): it will not fit any better on a retry, so retrying the task forever
+# (the SDK's default for non-Temporal exceptions) would only leave the workflow Running.
+WORKFLOW_FAILURE_EXCEPTION_TYPES: tuple[type[BaseException], ...] = (pydantic.ValidationError,)
+
+
+class _ActivityParametersInterceptor(Interceptor):
+    """Exposes one worker's ``ActivityParameters`` to that worker's workflows.
+
+    Extern functions are registered per worker (each worker collects its own), so this
+    carries no process-wide state: two workers in one process with different settings each
+    hand their own parameters to their own workflows. The function returns a frozen object
+    of a passed-through class, so nothing mutable crosses the sandbox boundary.
+    """
+
+    def __init__(self, parameters: ActivityParameters) -> None:
+        self.parameters = parameters
+
+    def _get(self) -> ActivityParameters:
+        return self.parameters
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        input.unsafe_extern_functions[PARAMETERS_EXTERN] = self._get
+        return None
+
+
+class DurablePlansPlugin(SimplePlugin):
+    """The Temporal wiring of durable-plans for a client, a worker or a replayer.
+
+    Every argument is optional and keyword-only:
+
+    * ``settings``: the worker's settings; its ``activity_parameters()`` go to the
+      workflows (unless ``parameters`` is given);
+    * ``store``: the session store; with ``settings``, the plugin registers every activity
+      (``PlanActivities(store, settings).all()``);
+    * ``workflows`` / ``activities``: replace the defaults (tests register their own);
+    * ``parameters``: the ``ActivityParameters`` handed to the workflows; without them
+      (and without settings) workflows use the defaults;
+    * ``payload_codec``: applied to every payload on top of the pydantic converter (for
+      example encryption); without one, a codec already on the client's converter is kept;
+    * ``workflow_failure_exception_types``: replace ``WORKFLOW_FAILURE_EXCEPTION_TYPES``.
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings | None = None,
+        store: SessionStore | None = None,
+        workflows: Sequence[type] | None = None,
+        activities: Sequence[Callable[..., Any]] | None = None,
+        parameters: ActivityParameters | None = None,
+        payload_codec: PayloadCodec | None = None,
+        workflow_failure_exception_types: Sequence[type[BaseException]] | None = None,
+    ) -> None:
+        if parameters is None and settings is not None:
+            parameters = settings.activity_parameters()
+        self.settings = settings
+        self.store = store
+        self.parameters = parameters
+        self.payload_codec = payload_codec
+        self._workflows = list(workflows) if workflows is not None else None
+        self._activities = list(activities) if activities is not None else None
+        self._failure_types = list(
+            WORKFLOW_FAILURE_EXCEPTION_TYPES
+            if workflow_failure_exception_types is None
+            else workflow_failure_exception_types
+        )
+        super().__init__(
+            PLUGIN_NAME,
+            data_converter=self._data_converter,
+            workflow_runner=self._workflow_runner,
+            workflows=self._add_workflows,
+            activities=self._add_activities,
+            workflow_failure_exception_types=self._add_failure_types,
+            interceptors=(
+                [_ActivityParametersInterceptor(parameters)] if parameters is not None else None
+            ),
+        )
+
+    # Each is a callable rather than a value: workflows and activities are imported only
+    # when a worker or replayer asks for them (a CLI client has no use for them), and what
+    # is already there is kept and never added twice.
+
+    def _data_converter(self, existing: DataConverter | None) -> DataConverter:
+        """Pydantic payloads, as every recorded history holds them; a codec on top."""
+        codec = self.payload_codec or (existing.payload_codec if existing else None)
+        if codec is None:
+            return pydantic_data_converter
+        return dataclasses.replace(pydantic_data_converter, payload_codec=codec)
+
+    def _workflow_runner(self, existing: WorkflowRunner | None) -> WorkflowRunner:
+        """The sandbox, with our pure modules passed through; a non-sandboxed runner (a
+        debugging choice) is left alone."""
+        if existing is None:
+            existing = SandboxedWorkflowRunner()
+        if not isinstance(existing, SandboxedWorkflowRunner):
+            return existing
+        restrictions = existing.restrictions or SandboxRestrictions.default
+        return dataclasses.replace(
+            existing, restrictions=restrictions.with_passthrough_modules(*PASSTHROUGH_MODULES)
+        )
+
+    def _add_workflows(self, existing: Sequence[type] | None) -> Sequence[type]:
+        ours = self._workflows
+        if ours is None:
+            # Imported on use: loading the workflow package loads every workflow module.
+            from durable_plans.workflows import ALL_WORKFLOWS
+
+            ours = list(ALL_WORKFLOWS)
+        return _merge(existing, ours)
+
+    def _add_activities(
+        self, existing: Sequence[Callable[..., Any]] | None
+    ) -> Sequence[Callable[..., Any]]:
+        return _merge(existing, self.registered_activities())
+
+    def _add_failure_types(
+        self, existing: Sequence[type[BaseException]] | None
+    ) -> Sequence[type[BaseException]]:
+        return _merge(existing, self._failure_types)
+
+    def registered_activities(self) -> list[Callable[..., Any]]:
+        """The activities a worker with this plugin registers: the ones given, else every
+        activity when the plugin has a store and settings, else none."""
+        if self._activities is None:
+            if self.store is None or self.settings is None:
+                return []
+            from durable_plans.activities.llm import import_litellm
+            from durable_plans.activities.registry import PlanActivities
+
+            # Imported now, not in the first LLM activity: the import takes seconds and
+            # blocks the event loop, long enough to miss that activity's heartbeat timeout.
+            import_litellm()
+            self._activities = list(PlanActivities(self.store, self.settings).all())
+        return list(self._activities)
+
+
+def _merge(existing: Sequence[T] | None, ours: Sequence[T]) -> list[T]:
+    merged = list(existing or [])
+    merged.extend(item for item in ours if item not in merged)
+    return merged
+
+
+def plugin_of(client: Client) -> DurablePlansPlugin | None:
+    """The ``DurablePlansPlugin`` a client carries, if any."""
+    for plugin in client.config()["plugins"]:
+        if isinstance(plugin, DurablePlansPlugin):
+            return plugin
+    return None
+
+
+def client_carrying(client: Client, plugin: DurablePlansPlugin) -> Client:
+    """A client on the same connection as ``client`` whose ``DurablePlansPlugin`` is
+    ``plugin``, for building a Worker with it.
+
+    A client's plugins configure every worker built from it; adding a second instance at
+    the worker would configure that worker twice. The new client replaces the one the
+    client carries and keeps the rest of the client's configuration (namespace,
+    interceptors, other plugins, and the payload codec its converter has, unless ``plugin``
+    brings its own).
+    """
+    if plugin_of(client) is plugin:
+        return client
+    config = client.config()
+    # The converter in use, not the one first given: a codec the replaced plugin added
+    # must survive the replacement (``_data_converter`` keeps an existing codec).
+    config["data_converter"] = client.data_converter
+    config["plugins"] = [
+        *(p for p in config["plugins"] if not isinstance(p, DurablePlansPlugin)),
+        plugin,
+    ]
+    return Client(**config)
