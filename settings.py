@@ -1,9 +1,11 @@
 """Configuration read from the environment, once, by the processes that need it.
 
 Only the worker and the CLI read settings; workflow code never does (it must not do I/O,
-and the environment differs between hosts). Secrets (``DPLAN_API_KEY``) stay in this
-object inside the worker process: they are never copied into workflow inputs, results,
-memos or logs, and ``__repr__`` hides them.
+and the environment differs between hosts). Secrets (``DPLAN_API_KEY``; the Temporal API
+key and client key in ``temporal_access``) stay in this object inside the process that read
+them: they are never copied into workflow inputs, results, memos or logs, and ``__repr__``
+hides them. The Temporal connection is Temporal's own environment configuration (the
+``temporal`` CLI's variables and profiles), resolved by ``starter/connection.py``.
 """
 
 from __future__ import annotations
@@ -11,11 +13,32 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 
 from durable_plans.domain.models import Budget
+from durable_plans.starter.connection import (
+    DEFAULT_ADDRESS,
+    DEFAULT_NAMESPACE,
+    TemporalAccess,
+    TemporalConfigError,
+    TemporalTarget,
+    resolve_temporal,
+)
+from durable_plans.workflows.policies import DEFAULT_PARAMETERS, ActivityParameters
 
 SCRIPTED_MODEL = "scripted/demo"
+
+# The LLM activity's start-to-close timeout is the provider request's timeout plus this:
+# the session-store reads and writes around the request must fit in the same attempt.
+LLM_ACTIVITY_MARGIN_S = 60.0
+# Activities heartbeat every second (activities/heartbeat.py); a heartbeat timeout shorter
+# than two beats would retry live calls on any hiccup of the worker's event loop.
+MIN_LLM_HEARTBEAT_S = 2.0
+
+_DEFAULT_LLM_TIMEOUT_S = (
+    DEFAULT_PARAMETERS.llm_start_to_close.total_seconds() - LLM_ACTIVITY_MARGIN_S
+)
 
 
 class SettingsError(ValueError):
@@ -48,6 +71,23 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
+def _heartbeat(env: Mapping[str, str], default: float) -> float:
+    value = _float(env, "DPLAN_LLM_HEARTBEAT_S", default)
+    if value < MIN_LLM_HEARTBEAT_S:
+        raise SettingsError(
+            f"DPLAN_LLM_HEARTBEAT_S must be at least {MIN_LLM_HEARTBEAT_S:g} "
+            f"(activities heartbeat every second), got {env['DPLAN_LLM_HEARTBEAT_S']!r}"
+        )
+    return value
+
+
+def _temporal(env: Mapping[str, str]) -> TemporalTarget:
+    try:
+        return resolve_temporal(env)
+    except TemporalConfigError as err:
+        raise SettingsError(str(err)) from None
+
+
 def _opt(env: Mapping[str, str], name: str) -> str | None:
     raw = env.get(name, "").strip()
     return raw or None
@@ -71,8 +111,11 @@ def _budget(env: Mapping[str, str]) -> Budget | None:
 
 @dataclass(frozen=True)
 class Settings:
-    temporal_address: str = "localhost:7233"
-    temporal_namespace: str = "default"
+    temporal_address: str = DEFAULT_ADDRESS
+    temporal_namespace: str = DEFAULT_NAMESPACE
+    temporal_access: TemporalAccess = field(default_factory=TemporalAccess)
+    """TLS, API key and gRPC metadata for the server (plain by default); address, namespace
+    and access come from Temporal's environment configuration (``starter/connection.py``)."""
     ui_url: str | None = None
     task_queue: str = "dplan"
     model: str = SCRIPTED_MODEL
@@ -82,9 +125,13 @@ class Settings:
     session_store: str = ".dplan/sessions.db"
     workspace: Path = Path("workspace")
     state_dir: Path = Path(".dplan")
-    llm_timeout_s: float = 120.0
-    llm_max_attempts: int = 5
-    tool_timeout_s: float = 60.0
+    llm_timeout_s: float = _DEFAULT_LLM_TIMEOUT_S
+    """One provider request (litellm ``timeout``); the LLM activity gets this plus
+    ``LLM_ACTIVITY_MARGIN_S`` as its start-to-close timeout."""
+    llm_heartbeat_s: float = DEFAULT_PARAMETERS.llm_heartbeat.total_seconds()
+    llm_max_attempts: int = DEFAULT_PARAMETERS.llm_max_attempts
+    tool_timeout_s: float = DEFAULT_PARAMETERS.tool_start_to_close.total_seconds()
+    tool_max_attempts: int = DEFAULT_PARAMETERS.tool_max_attempts
     default_budget: Budget | None = None
     agents_file: Path | None = None
     """An agents file (TOML/YAML/JSON) overriding or adding agents; None: the built-ins."""
@@ -97,16 +144,31 @@ class Settings:
     def effective_subagent_model(self) -> str:
         return self.subagent_model or self.model
 
+    def activity_parameters(self) -> ActivityParameters:
+        """The timeouts and attempts this worker's workflows give their LLM calls and tools
+        (handed to them by ``DurablePlansPlugin``)."""
+        return replace(
+            DEFAULT_PARAMETERS,
+            llm_start_to_close=timedelta(seconds=self.llm_timeout_s + LLM_ACTIVITY_MARGIN_S),
+            llm_heartbeat=timedelta(seconds=self.llm_heartbeat_s),
+            llm_max_attempts=self.llm_max_attempts,
+            tool_start_to_close=timedelta(seconds=self.tool_timeout_s),
+            tool_max_attempts=self.tool_max_attempts,
+        )
+
     def with_overrides(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         e = os.environ if env is None else env
+        defaults = cls()
         state_dir = Path(e.get("DPLAN_STATE_DIR", "").strip() or ".dplan")
+        temporal = _temporal(e)
         return cls(
-            temporal_address=_opt(e, "TEMPORAL_ADDRESS") or "localhost:7233",
-            temporal_namespace=_opt(e, "TEMPORAL_NAMESPACE") or "default",
+            temporal_address=temporal.address,
+            temporal_namespace=temporal.namespace,
+            temporal_access=temporal.access,
             ui_url=_opt(e, "TEMPORAL_UI_URL"),
             task_queue=_opt(e, "DPLAN_TASK_QUEUE") or "dplan",
             model=_opt(e, "DPLAN_MODEL") or SCRIPTED_MODEL,
@@ -116,9 +178,11 @@ class Settings:
             session_store=_opt(e, "DPLAN_SESSION_STORE") or str(state_dir / "sessions.db"),
             workspace=Path(_opt(e, "DPLAN_WORKSPACE") or "workspace"),
             state_dir=state_dir,
-            llm_timeout_s=_float(e, "DPLAN_LLM_TIMEOUT_S", 120.0),
-            llm_max_attempts=_int(e, "DPLAN_LLM_MAX_ATTEMPTS", 5),
-            tool_timeout_s=_float(e, "DPLAN_TOOL_TIMEOUT_S", 60.0),
+            llm_timeout_s=_float(e, "DPLAN_LLM_TIMEOUT_S", defaults.llm_timeout_s),
+            llm_heartbeat_s=_heartbeat(e, defaults.llm_heartbeat_s),
+            llm_max_attempts=_int(e, "DPLAN_LLM_MAX_ATTEMPTS", defaults.llm_max_attempts),
+            tool_timeout_s=_float(e, "DPLAN_TOOL_TIMEOUT_S", defaults.tool_timeout_s),
+            tool_max_attempts=_int(e, "DPLAN_TOOL_MAX_ATTEMPTS", defaults.tool_max_attempts),
             agents_file=_path(e, "DPLAN_AGENTS"),
             default_budget=_budget(e),
         )

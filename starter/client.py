@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from pydantic import ValidationError
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -26,7 +25,6 @@ from temporalio.client import (
     WorkflowQueryRejectedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
@@ -37,10 +35,13 @@ from temporalio.exceptions import TimeoutError as WorkflowTimeoutError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_plans.domain.agents import AgentCatalog
-from durable_plans.domain.contracts import PlanInput
+from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput
+from durable_plans.domain.failures import FailureType, MalformedDetails, read_plan_report
 from durable_plans.domain.models import Plan, PlanReport, SubtaskStatus
 from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.settings import Settings
+from durable_plans.starter.connection import connect_options
 
 __all__ = [
     "PLAN_WORKFLOW",
@@ -62,12 +63,13 @@ __all__ = [
     "worker_count",
 ]
 
-PLAN_WORKFLOW = "PlanWorkflow"
 STATUS_QUERY = "status"
-PLAN_FAILED = "PlanFailed"
-INVALID_PLAN = "InvalidPlan"
 
 _CONNECT_TIMEOUT_S = 10.0
+# Temporal Cloud endpoints (namespace and regional API key endpoints) and the one web UI
+# that serves every Cloud namespace under the same ``/namespaces/{ns}/workflows/{id}``.
+_CLOUD_SUFFIXES = (".tmprl.cloud", ".api.temporal.io")
+_CLOUD_UI = "https://cloud.temporal.io"
 # A query needs a worker to answer it; without one the server holds the call open. A
 # bounded wait turns "hangs forever" into a message that says what is missing.
 _QUERY_TIMEOUT = timedelta(seconds=10)
@@ -106,7 +108,11 @@ class PlanStatusUnavailable(PlanClientError):
 
 
 async def connect(settings: Settings) -> Client:
-    """A client that carries the domain's pydantic models as payloads.
+    """A client wired by ``DurablePlansPlugin``: our payload encoding, and a worker built
+    from it gets our workflows and sandbox settings.
+
+    Address, namespace, TLS, API key and gRPC metadata are the ones Temporal's environment
+    configuration resolved into ``settings`` (``starter/connection.py``).
 
     Raises ``TemporalUnreachable`` (naming the address) instead of the SDK's transport
     error, and gives up after a bounded time instead of hanging on a black-holed host.
@@ -117,7 +123,8 @@ async def connect(settings: Settings) -> Client:
             Client.connect(
                 address,
                 namespace=settings.temporal_namespace,
-                data_converter=pydantic_data_converter,
+                **connect_options(settings.temporal_access),
+                plugins=[DurablePlansPlugin(settings=settings)],
             ),
             timeout=_CONNECT_TIMEOUT_S,
         )
@@ -127,13 +134,57 @@ async def connect(settings: Settings) -> Client:
         raise TemporalUnreachable(address, _short_reason(err)) from err
 
 
+# The SDK's transport errors are Rust debug dumps; these say what to change instead.
+_TLS_CLIENT_CERT = "TEMPORAL_TLS_CLIENT_CERT_PATH / TEMPORAL_TLS_CLIENT_KEY_PATH"
+_UNTRUSTED = (
+    "TLS: the server's certificate is not signed by a CA this client trusts "
+    "(set TEMPORAL_TLS_SERVER_CA_CERT_PATH)"
+)
+_REASONS = (
+    ("Connection refused", "connection refused"),
+    ("dns error", "host name not found"),
+    ("timed out", "connection timed out"),
+    ("UnknownIssuer", _UNTRUSTED),
+    ("BadSignature", _UNTRUSTED),
+    (
+        "NotValidForName",
+        "TLS: the server's certificate is not valid for the name used "
+        "(set TEMPORAL_TLS_SERVER_NAME to a name it carries)",
+    ),
+    (
+        "InvalidCertificate",
+        "TLS: the server's certificate was refused "
+        "(check TEMPORAL_TLS_SERVER_CA_CERT_PATH and TEMPORAL_TLS_SERVER_NAME)",
+    ),
+    ("InvalidContentType", "TLS: the server does not speak TLS (set TEMPORAL_TLS=false)"),
+    (
+        "CertificateRequired",
+        f"TLS: the server requires a client certificate (set {_TLS_CLIENT_CERT})",
+    ),
+    (
+        "close_notify",
+        "TLS: the server closed the connection during set-up; it may require a client "
+        f"certificate ({_TLS_CLIENT_CERT})",
+    ),
+    (
+        "broken pipe",
+        "the server closed the connection during set-up; it may expect TLS "
+        "(set TEMPORAL_TLS=true or TEMPORAL_TLS_SERVER_CA_CERT_PATH)",
+    ),
+    (
+        "code: Unauthenticated",
+        "the server rejected the credentials (check TEMPORAL_API_KEY or the client certificate)",
+    ),
+    (
+        "code: PermissionDenied",
+        "permission denied: the credentials are not allowed in this namespace",
+    ),
+)
+
+
 def _short_reason(err: BaseException) -> str:
     text = str(err)
-    for marker, reason in (
-        ("Connection refused", "connection refused"),
-        ("dns error", "host name not found"),
-        ("timed out", "connection timed out"),
-    ):
+    for marker, reason in _REASONS:
         if marker.lower() in text.lower():
             return reason
     return text.splitlines()[0][:200] if text else type(err).__name__
@@ -191,14 +242,14 @@ async def _report_from_failure(
     handle: WorkflowHandle[Any, PlanReport], cause: BaseException
 ) -> PlanReport:
     if isinstance(cause, ApplicationError):
-        if cause.type == PLAN_FAILED and cause.details:
+        if cause.type == FailureType.PLAN_FAILED and cause.details:
             try:
-                return PlanReport.model_validate(cause.details[0])
-            except ValidationError as bad:
+                return read_plan_report(cause)
+            except MalformedDetails as bad:
                 raise PlanClientError(
                     f"plan '{handle.id}' failed, but its report is unreadable: {bad}"
                 ) from cause
-        if cause.type == INVALID_PLAN:
+        if cause.type == FailureType.INVALID_PLAN:
             raise InvalidPlanError(f"plan '{handle.id}' is invalid: {cause.message}") from cause
     if isinstance(cause, CancelledError | TerminatedError | WorkflowTimeoutError):
         return await _report_after_stop(handle)
@@ -288,12 +339,15 @@ async def worker_count(
 
 def ui_base_for(settings: Settings) -> str:
     """Where Temporal Web is: ``TEMPORAL_UI_URL`` when set (docker-compose serves it on
-    8080), else the dev server's convention, gRPC port + 1000."""
+    8080), Temporal Cloud's UI for a ``*.tmprl.cloud`` address, else the dev server's
+    convention, gRPC port + 1000."""
     if settings.ui_url:
         return settings.ui_url.rstrip("/")
     address = settings.temporal_address
     parts = urlsplit(address if "//" in address else f"//{address}")
     host = parts.hostname or "localhost"
+    if host.endswith(_CLOUD_SUFFIXES):
+        return _CLOUD_UI
     port = (parts.port or 7233) + 1000
     if ":" in host:  # IPv6 literal
         host = f"[{host}]"

@@ -36,6 +36,7 @@ from durable_plans.activities.log import get_logger
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
 from durable_plans.starter.client import ui_base_for
+from durable_plans.starter.connection import TemporalAccess
 from durable_plans.worker import build_worker
 
 __all__ = [
@@ -150,6 +151,19 @@ class EmbeddedTemporal:
         self.address = settings.temporal_address
         self.ui_url: str | None = ui_base_for(settings)
         self.started = False
+
+    def client_settings(self, settings: Settings) -> Settings:
+        """``settings`` pointed at the server this object stands for.
+
+        A server it started is a local dev server: plain text, no credentials, whatever
+        TLS, API key or profile the environment configured for the unreachable target
+        (sending those would fail the handshake, and leak the key to the wrong server).
+        """
+        if not self.started:
+            return settings
+        return settings.with_overrides(
+            temporal_address=self.address, temporal_access=TemporalAccess()
+        )
 
     @property
     def db_path(self) -> Path:

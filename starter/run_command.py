@@ -72,11 +72,13 @@ def unreachable_message(err: TemporalUnreachable, *, suggest_embedded: bool) -> 
         return (
             f"error: {err}\n"
             "  Run with --embedded to start a local dev server and worker in this process,\n"
-            "  or point TEMPORAL_ADDRESS at a running server (`temporal server start-dev`)."
+            "  or point TEMPORAL_ADDRESS (or a TEMPORAL_PROFILE) at a running server\n"
+            "  (`temporal server start-dev`)."
         )
     return (
         f"error: {err}\n"
-        "  Point TEMPORAL_ADDRESS at the server the plan runs on (default localhost:7233)."
+        "  Point TEMPORAL_ADDRESS (or a TEMPORAL_PROFILE) at the server the plan runs on\n"
+        "  (default localhost:7233)."
     )
 
 
@@ -217,7 +219,7 @@ async def open_connection(
         if no_wait and not await is_reachable(settings.temporal_address):
             raise _CannotNoWait(_NO_WAIT_EMBEDDED.format(what="the Temporal server"))
         server = await stack.enter_async_context(EmbeddedTemporal(settings))
-        settings = settings.with_overrides(temporal_address=server.address)
+        settings = server.client_settings(settings)
         ui_base = server.ui_url
         if server.started:
             embedded_db = server.db_path

@@ -11,6 +11,7 @@ import asyncio
 import io
 import os
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
@@ -65,6 +66,10 @@ with workflow.unsafe.imports_passed_through():
     from durable_plans.worker import run_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+# How long a poll for something that surely happens may take: a bound for failing, not a
+# speed expectation (a loaded machine may take seconds to import litellm or start a task).
+POLL_LIMIT_S = 60.0
 
 
 # --------------------------------------------------------------------------- stand-ins
@@ -295,9 +300,10 @@ async def test_running_plan_conflict_status_and_cancel(
 ) -> None:
     plan = _plan("hang")
     handle = await start_plan(client, plan, settings)
-    for _ in range(100):
+    deadline = time.monotonic() + POLL_LIMIT_S
+    while True:
         live = await plan_status(client, plan.id)
-        if live.subtasks[1].status is SubtaskStatus.RUNNING:
+        if live.subtasks[1].status is SubtaskStatus.RUNNING or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.05)
     assert live.status is PlanStatus.RUNNING
@@ -319,7 +325,8 @@ async def test_worker_count_sees_polling_workers_only(
     client: Client, settings: Settings, worker: None
 ) -> None:
     assert await worker_count(client, f"idle-{uuid.uuid4().hex}") == 0
-    for _ in range(100):  # the server learns of a poller once its first poll arrives
+    deadline = time.monotonic() + POLL_LIMIT_S
+    while time.monotonic() < deadline:  # the server learns of a poller at its first poll
         if await worker_count(client, settings.task_queue) >= 1:
             break
         await asyncio.sleep(0.05)
@@ -356,7 +363,8 @@ async def test_run_worker_serves_the_real_wiring_until_stopped(settings: Setting
     stop = asyncio.Event()
     task = asyncio.create_task(run_worker(settings, stop=stop, grace_period=timedelta(seconds=1)))
     client = await connect(settings)
-    for _ in range(200):
+    deadline = time.monotonic() + POLL_LIMIT_S  # run_worker imports litellm first
+    while time.monotonic() < deadline:
         if task.done() or await worker_count(client, settings.task_queue) >= 1:
             break
         await asyncio.sleep(0.05)

@@ -86,3 +86,70 @@ def test_default_budget_comes_from_the_environment_and_fills_plans_without_one()
     assert with_default_budget(own, s).budget == Budget(max_tokens=7)
     assert Settings.from_env({}).default_budget is None
     assert Settings.from_env({"DPLAN_MAX_COST_USD": "2"}).default_budget == Budget(max_cost_usd=2.0)
+
+
+# --------------------------------------------------------------------------- activity parameters
+
+
+def test_the_default_activity_parameters_are_the_workflows_defaults() -> None:
+    """A worker with no DPLAN_LLM_* / DPLAN_TOOL_* set schedules exactly what a replayer
+    without settings assumes."""
+    from durable_plans.workflows.policies import DEFAULT_PARAMETERS
+
+    assert Settings.from_env({}).activity_parameters() == DEFAULT_PARAMETERS
+    assert Settings().activity_parameters() == DEFAULT_PARAMETERS
+
+
+def test_every_llm_and_tool_variable_sets_its_activity_parameter() -> None:
+    from datetime import timedelta
+
+    from durable_plans.settings import LLM_ACTIVITY_MARGIN_S
+
+    p = Settings.from_env(
+        {
+            "DPLAN_LLM_TIMEOUT_S": "30",
+            "DPLAN_LLM_HEARTBEAT_S": "4.5",
+            "DPLAN_LLM_MAX_ATTEMPTS": "2",
+            "DPLAN_TOOL_TIMEOUT_S": "9",
+            "DPLAN_TOOL_MAX_ATTEMPTS": "3",
+        }
+    ).activity_parameters()
+    assert p.llm_start_to_close == timedelta(seconds=30 + LLM_ACTIVITY_MARGIN_S)
+    assert p.llm_heartbeat == timedelta(seconds=4.5)
+    assert p.llm_max_attempts == 2
+    assert p.llm_retry.maximum_attempts == 2
+    assert "BadRequest" in (p.llm_retry.non_retryable_error_types or ())
+    assert p.tool_start_to_close == timedelta(seconds=9)
+    assert p.tool_max_attempts == 3
+    assert p.tool_retry.maximum_attempts == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        (
+            "DPLAN_LLM_HEARTBEAT_S",
+            "1",
+            "DPLAN_LLM_HEARTBEAT_S must be at least 2 (activities heartbeat every second), got '1'",
+        ),
+        ("DPLAN_LLM_HEARTBEAT_S", "0", "DPLAN_LLM_HEARTBEAT_S must be positive, got '0'"),
+        ("DPLAN_TOOL_TIMEOUT_S", "x", "DPLAN_TOOL_TIMEOUT_S must be a number, got 'x'"),
+        ("DPLAN_TOOL_MAX_ATTEMPTS", "0", "DPLAN_TOOL_MAX_ATTEMPTS must be positive, got '0'"),
+    ],
+)
+def test_malformed_activity_parameters_are_named(name: str, value: str, expected: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({name: value})
+    assert str(info.value) == expected
+
+
+def test_every_llm_and_tool_variable_is_documented_in_the_readme() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for name in (
+        "DPLAN_LLM_TIMEOUT_S",
+        "DPLAN_LLM_HEARTBEAT_S",
+        "DPLAN_LLM_MAX_ATTEMPTS",
+        "DPLAN_TOOL_TIMEOUT_S",
+        "DPLAN_TOOL_MAX_ATTEMPTS",
+    ):
+        assert f"| `{name}` |" in readme, name
