@@ -4,8 +4,9 @@ The test-suite and the benchmarks reach it through litellm with ``api_base``, so
 request path (litellm → HTTP → provider → exception mapping) is exercised without network.
 It validates like a strict provider (``domain.tool_ids.strict_violations``: orphaned tool
 message, unanswered call, reused ``tool_call_id`` → HTTP 400, recorded in ``rejections``),
-answers through a pluggable scenario (``tests.support.fake_scenario``), and records every
-request so tests can assert what the orchestrator sent and how often.
+answers through a pluggable scenario (``_fake_scenario``), and records every request so
+tests can assert what the orchestrator sent and how often. Users get it, and the scenario
+types, from :mod:`durable_plans.testing` (the ``testing`` extra brings its HTTP server).
 
 In process::
 
@@ -15,7 +16,7 @@ In process::
 As its own process (crash tests SIGKILL workers while the provider must live on; the
 request log is JSONL, one line per answered request, so another process can count)::
 
-    python -m tests.support.fake_provider --port 0 --latency-ms 500 --log requests.jsonl
+    python -m durable_plans.testing --port 0 --latency-ms 500 --log requests.jsonl
 
 It prints ``READY <base_url>`` on stdout once listening. ``FakeProviderProcess`` wraps that.
 
@@ -65,6 +66,7 @@ import contextlib
 import hashlib
 import importlib
 import json
+import os
 import select
 import signal
 import socket
@@ -78,11 +80,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal
 
-from aiohttp import web
+try:
+    from aiohttp import web
+except ImportError as e:  # pragma: no cover - depends on the environment
+    # litellm happens to pull aiohttp in today, but the fake provider uses it directly, so
+    # it is declared in the `testing` extra; say so instead of a bare ModuleNotFoundError.
+    raise ImportError(
+        "durable_plans.testing needs aiohttp for its fake provider: "
+        "pip install 'durable-plans[testing]'"
+    ) from e
 
 from durable_plans.activities.scripted_model import CARELESS_TOOL_CALL_ID
 from durable_plans.domain.tool_ids import strict_violations
-from tests.support.fake_scenario import (
+from durable_plans.testing._fake_scenario import (
     AgentScenario,
     ChatRequest,
     Completion,
@@ -103,7 +113,6 @@ __all__ = [
     "read_request_log",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 Kind = Literal["pending", "completion", "http_error", "raw", "dropped", "rejected"]
 
 
@@ -472,13 +481,13 @@ class FakeProviderProcess:
         return self._proc.pid
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "tests.support.fake_provider", "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "durable_plans.testing", "--port", str(self.port)]
         cmd += ["--latency-ms", str(self.latency_ms), "--log", str(self.log_path)]
         if self.scenario:
             cmd += ["--scenario", self.scenario]
         if self.log_bodies:
             cmd.append("--log-bodies")
-        self._proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+        self._proc = subprocess.Popen(cmd, env=_child_env(), stdout=subprocess.PIPE, text=True)
         assert self._proc.stdout is not None
         ready, _, _ = select.select([self._proc.stdout], [], [], self.startup_timeout_s)
         line = self._proc.stdout.readline() if ready else ""
@@ -518,6 +527,30 @@ class FakeProviderProcess:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _child_env() -> dict[str, str]:
+    """The environment of the provider process: ours, plus our own import roots.
+
+    ``scenario`` names a ``module:callable`` the child imports, typically a module of the
+    caller's test-suite (``tests.integration.chaos_support:WriterScenario``). The child
+    must find it wherever the caller was started from, so the caller's import roots that
+    are not the interpreter's own (the project directory pytest put on ``sys.path``) go
+    on the child's ``PYTHONPATH``. Interpreter and site directories stay out: ahead of the
+    standard library they could shadow it.
+    """
+    interpreter = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    roots: list[str] = []
+    for entry in sys.path:
+        path = Path(entry or os.getcwd()).resolve()
+        if not path.is_dir() or any(path.is_relative_to(i) for i in interpreter):
+            continue
+        if str(path) not in roots:
+            roots.append(str(path))
+    env = dict(os.environ)
+    inherited = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = os.pathsep.join([*roots, *([inherited] if inherited else [])])
+    return env
 
 
 def _load_scenario(spec: str | None) -> Scenario | None:
@@ -560,7 +593,3 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log-bodies", action="store_true", help="log request bodies too")
     parser.add_argument("--scenario", default=None, help="module:callable (default: agent)")
     asyncio.run(_serve(parser.parse_args(argv)))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,9 +1,10 @@
 """What the fake provider answers: parsed requests, replies, and the default agent.
 
-A scenario is any callable ``ChatRequest -> Reply``; the server (``fake_provider``) does
+A scenario is any callable ``ChatRequest -> Reply``; the server (``FakeProvider``) does
 the HTTP, validation, latency and bookkeeping, so a scenario only decides *what* to say.
 ``AgentScenario`` plays realistic agent turns and obeys the fault directives documented
-in :mod:`tests.support.fake_provider`.
+in :mod:`durable_plans.testing._fake_provider`. Public names are re-exported by
+:mod:`durable_plans.testing`; import them from there.
 """
 
 from __future__ import annotations
@@ -223,7 +224,7 @@ _FLAGS = ("dup-ids", "bad-args", "unknown-tool", "plan", "bad-plan")
 
 @dataclass(frozen=True)
 class Directives:
-    """The steering parsed from one user message (see the grammar in fake_provider)."""
+    """The steering parsed from one user message (see the grammar in ``_fake_provider``)."""
 
     fault: Reply | None = None  # answered instead of a normal turn ...
     fault_requests: int | None = None  # ... for this many requests (None: always)

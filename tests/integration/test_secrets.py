@@ -47,16 +47,17 @@ from temporalio.testing import WorkflowEnvironment
 from durable_plans.domain.models import PlanReport, PlanStatus, SubtaskStatus
 from durable_plans.settings import Settings
 from durable_plans.starter.client import start_plan, wait_for_report
-from tests.integration.plans import make_plan
-from tests.integration.workers import REPO_ROOT, WorkerProcess
-from tests.support.fake_provider import FakeProvider, RecordedRequest
-from tests.support.fake_scenario import (
+from durable_plans.testing import (
     ChatRequest,
     Completion,
+    FakeProvider,
     HttpError,
+    RecordedRequest,
     Reply,
     ToolCallSpec,
 )
+from tests.integration.plans import make_plan
+from tests.integration.workers import REPO_ROOT, WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from bench.overhead import LLM_CALLS_PER_SUBTASK, layered_plan
 from durable_plans.domain.history import DependencyResult
 from durable_plans.domain.models import Plan, Subtask
 from durable_plans.domain.scheduling import critical_path_length
-from tests.support.fake_provider import FakeProvider
+from durable_plans.testing import FakeProvider
 
 KEY = "sk-test-bench-smoke-0000000000000000000"
 

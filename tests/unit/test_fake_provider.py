@@ -20,11 +20,12 @@ import httpx
 import pytest
 
 from durable_plans.activities.llm_errors import classify_llm_error
-from tests.support.fake_provider import FakeProvider, FakeProviderProcess
-from tests.support.fake_scenario import (
+from durable_plans.testing import (
     ChatRequest,
     Completion,
     Directives,
+    FakeProvider,
+    FakeProviderProcess,
     HttpError,
     ScriptedScenario,
     ToolCallSpec,
@@ -311,7 +312,7 @@ async def test_flaky_counters_are_per_conversation(p: FakeProvider) -> None:
 async def test_slow_for_the_first_request_only(p: FakeProvider) -> None:
     messages = user("Think [slow:400x1]")
     assert classify_llm_error(await failure(p, messages, llm_timeout=0.1)).type == "Timeout"
-    assert (await ask(p, messages, llm_timeout=2.0)).choices
+    assert (await ask(p, messages, llm_timeout=30.0)).choices
 
 
 async def test_a_malformed_directive_fails_loudly(p: FakeProvider) -> None:
@@ -343,9 +344,14 @@ async def test_completed_only_counts_delivered_completions(p: FakeProvider) -> N
 
 
 async def test_an_abandoned_request_is_not_a_completion(p: FakeProvider) -> None:
-    await failure(p, user("Slow [slow:300]"), llm_timeout=0.05)
-    await asyncio.sleep(0.4)  # the provider finishes the call after the client left
+    # The client gives up after 1 s (ample time to send the request, even on a loaded
+    # machine); the provider answers at 2.5 s, to nobody.
+    await failure(p, user("Slow [slow:2500]"), llm_timeout=1.0)
     (record,) = p.requests
+    deadline = time.monotonic() + 30
+    while record.finished is None:  # the provider finishes the call after the client left
+        assert time.monotonic() < deadline, "the provider never finished the call"
+        await asyncio.sleep(0.05)
     assert (record.kind, record.delivered, record.completed) == ("completion", False, False)
     assert p.identical_request_counts(completed_only=True) == {}
 
