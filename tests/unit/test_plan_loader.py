@@ -593,12 +593,13 @@ def test_two_thousand_subtasks_validate_fast() -> None:
     data = plan_data(
         *(sub(f"s{i}", *(f"s{j}" for j in range(max(0, i - 20), i))) for i in range(n))
     )
-    started = time.perf_counter()
+    # CPU time of this process: what validation costs, whatever else the machine runs.
+    started = time.process_time()
     plan = plan_from_data(data)
     assert validate_plan(plan) == []
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     assert len(plan.subtasks) == n
-    assert elapsed < 1.0, f"validating {n} subtasks took {elapsed:.2f}s"
+    assert elapsed < 1.0, f"validating {n} subtasks took {elapsed:.2f}s of CPU"
 
 
 # --------------------------------------------------------------------------- round trip
