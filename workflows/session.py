@@ -18,6 +18,7 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import (
     ActivityError,
     CancelledError,
@@ -41,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         switch_note_id,
         user_message_id,
     )
+    from durable_plans.domain.inputs import InvalidInput, session_input_from_value
     from durable_plans.domain.models import Message, Plan, PlanReport, PlanStatus
     from durable_plans.domain.session_contracts import (
         ACT_ANSWER_TOOL,
@@ -51,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         ACT_SWITCH_CONTEXT,
         CREATE_PLAN_TOOL,
         MAX_PLAN_ATTEMPTS,
+        SIGNAL_END,
         SWITCH_TOOL,
         AgentSwitchEvent,
         AgentSwitchResult,
@@ -73,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from durable_plans.workflows.agent_loop import AgentLoop, CustomTool, LoopFailed
+from durable_plans.workflows.raw_input import NO_INPUT, decode_input
 from durable_plans.workflows.store_ops import store_op
 
 PLAN_AGENT = "orchestrator"
@@ -95,7 +99,18 @@ def plan_summary(report: PlanReport) -> str:
 @workflow.defn(name="SessionWorkflow")
 class SessionWorkflow:
     @workflow.init
-    def __init__(self, inp: SessionInput) -> None:
+    def __init__(self, raw: RawValue = NO_INPUT) -> None:
+        # Taken raw (see workflows/raw_input.py): a bad input must fail the workflow, not
+        # its task forever. The problems are kept and raised by run; until then the
+        # workflow stands on a placeholder input and refuses every update.
+        self._input_problems: tuple[str, ...] = ()
+        try:
+            inp = session_input_from_value(
+                decode_input(raw, what='a session object ({"session_id": ...})')
+            )
+        except InvalidInput as err:
+            self._input_problems = err.problems
+            inp = SessionInput(session_id=workflow.info().workflow_id)
         self._session_id = inp.session_id
         self._agent = inp.agent
         self._catalog = AgentCatalog(agents=inp.agents) if inp.agents else BUILTIN_CATALOG
@@ -119,7 +134,13 @@ class SessionWorkflow:
     # ------------------------------------------------------------------ run
 
     @workflow.run
-    async def run(self, inp: SessionInput) -> SessionState:
+    async def run(self, raw: RawValue = NO_INPUT) -> SessionState:
+        if self._input_problems:
+            raise application_error(
+                FailureType.INVALID_INPUT,
+                "invalid session input: " + "; ".join(self._input_problems),
+                list(self._input_problems),
+            )
         await workflow.wait_condition(lambda: self._ended or self._time_to_continue())
         await workflow.wait_condition(
             lambda: not self._busy and self._running_plans == 0 and workflow.all_handlers_finished()
@@ -168,7 +189,14 @@ class SessionWorkflow:
         return list(self._events)
 
     @workflow.signal
-    def end(self) -> None:
+    def end(self, *unexpected: Any) -> None:
+        """End the conversation. ``end`` takes no argument; a sender that passes some is
+        still obeyed (and logged), since a handler failing on them would fail the workflow
+        task on every retry instead."""
+        if unexpected:
+            workflow.logger.warning(
+                "signal %r: ignoring %d unexpected argument(s)", SIGNAL_END, len(unexpected)
+            )
         self._ended = True
 
     # ------------------------------------------------------------------ updates
@@ -177,8 +205,20 @@ class SessionWorkflow:
     async def send_message(self, inp: SendMessageInput) -> SendMessageResult:
         return await self._turn(inp.text, self._agent)
 
+    def _refuse_if_invalid(self) -> None:
+        if self._input_problems:
+            raise application_error(
+                FailureType.INVALID_INPUT,
+                "the session was started with an invalid input: " + "; ".join(self._input_problems),
+            )
+
+    # Every update has a validator, even one with nothing to check: an argument that does
+    # not fit the handler (missing, extra, wrong type) then fails the validator and the
+    # update is rejected, instead of being accepted and failing the workflow task.
+
     @send_message.validator
     def _validate_send(self, inp: SendMessageInput) -> None:
+        self._refuse_if_invalid()
         if self._ended:
             raise ValueError(f"session {self._session_id} has ended")
 
@@ -201,6 +241,7 @@ class SessionWorkflow:
 
     @switch_agent.validator
     def _validate_switch(self, inp: SwitchAgentInput) -> None:
+        self._refuse_if_invalid()
         problem = self._switch_problem(inp.target)
         if problem is not None:
             # Rejected before it is accepted: nothing is recorded in the history.
@@ -214,6 +255,10 @@ class SessionWorkflow:
             result_type=list[Message],
         )
         return result
+
+    @history.validator
+    def _validate_history(self, inp: HistoryInput) -> None:
+        self._refuse_if_invalid()
 
     # ------------------------------------------------------------------ turns
 
