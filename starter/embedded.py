@@ -33,6 +33,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from durable_plans.activities.log import get_logger
+from durable_plans.domain.search_attributes import dev_server_args
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
 from durable_plans.starter.client import ui_base_for
@@ -250,6 +251,9 @@ class EmbeddedTemporal:
             str(self.db_path),
             "--log-level",
             "warn",
+            # Registered at every start (a no-op when the state file has them already),
+            # so plans are findable by status, goal and cost from the first run on.
+            *dev_server_args(),
         ]
         args += ["--ui-port", str(ui_port)] if self._ui else ["--headless"]
         if namespace != "default":  # "default" always exists

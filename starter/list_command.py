@@ -1,0 +1,155 @@
+"""``dplan list`` and ``dplan setup``: finding plans in Temporal visibility.
+
+``setup`` registers the ``Dplan*`` search attributes on the server of
+``TEMPORAL_ADDRESS`` (the embedded and test dev servers register them at start);
+``list`` reads plans back, with those attributes when they are there and from execution
+status and memo when they are not.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from durable_plans.activities.log import ensure_logging
+from durable_plans.settings import Settings
+from durable_plans.starter.client import TemporalUnreachable, connect
+from durable_plans.starter.run_command import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    resolve_settings,
+    unreachable_message,
+)
+from durable_plans.starter.visibility import (
+    ListQueryError,
+    PlanRow,
+    SearchAttributesUnavailable,
+    list_plans,
+    setup_search_attributes,
+)
+
+__all__ = ["list_command", "render_duration", "setup_command"]
+
+
+def _err(message: str) -> None:
+    Console(stderr=True, highlight=False, soft_wrap=True).print(message, markup=False)
+
+
+async def setup_command(*, settings: Settings | None = None) -> int:
+    """Register what is missing; say what was added, or that nothing was. 0 ok, 1 not."""
+    ensure_logging(json=False, level="WARNING")
+    resolved = resolve_settings(settings)
+    if resolved is None:
+        return EXIT_INVALID
+    try:
+        client = await connect(resolved)
+        added, present = await setup_search_attributes(client)
+    except TemporalUnreachable as err:
+        _err(unreachable_message(err, suggest_embedded=False))
+        return EXIT_FAILED
+    except SearchAttributesUnavailable as err:
+        _err(
+            f"error: cannot register search attributes in namespace "
+            f"'{resolved.temporal_namespace}': {err}\n"
+            "  (Temporal Cloud: add them with `tcld namespace search-attributes add`)"
+        )
+        return EXIT_FAILED
+    namespace = resolved.temporal_namespace
+    if added:
+        print(
+            f"added {len(added)} search attributes to namespace '{namespace}': {', '.join(added)}"
+        )
+    else:
+        print(
+            f"nothing to add: namespace '{namespace}' has all {len(present)} search "
+            f"attributes ({', '.join(present)})"
+        )
+    return EXIT_OK
+
+
+async def list_command(
+    *,
+    status: str | None,
+    query: str | None,
+    json_output: bool,
+    limit: int = 50,
+    settings: Settings | None = None,
+) -> int:
+    """Print plans newest first; 0 listed (even none), 1 unreachable, 2 bad query/status."""
+    ensure_logging(json=False, level="WARNING")
+    resolved = resolve_settings(settings)
+    if resolved is None:
+        return EXIT_INVALID
+    try:
+        client = await connect(resolved)
+        rows, with_attributes = await list_plans(client, status=status, query=query, limit=limit)
+    except TemporalUnreachable as err:
+        _err(unreachable_message(err, suggest_embedded=False))
+        return EXIT_FAILED
+    except ListQueryError as err:
+        _err(f"error: {err}")
+        return EXIT_INVALID
+    if json_output:
+        print(json.dumps([row.to_json() for row in rows], indent=2))
+        return EXIT_OK
+    _print_table(rows, with_attributes=with_attributes)
+    return EXIT_OK
+
+
+def render_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(seconds, 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _print_table(rows: list[PlanRow], *, with_attributes: bool) -> None:
+    console = Console(highlight=False, soft_wrap=True)
+    if not rows:
+        console.print("no plans found", markup=False)
+        return
+    table = Table(box=None, pad_edge=False)
+    table.add_column("PLAN")
+    table.add_column("STATUS")
+    table.add_column("DONE", justify="right")
+    if with_attributes:
+        table.add_column("TOKENS", justify="right")
+        table.add_column("COST", justify="right")
+    table.add_column("STARTED")
+    table.add_column("DURATION", justify="right")
+    now = datetime.now(UTC)
+    for row in rows:
+        total = "?" if row.total is None else str(row.total)
+        done = f"{row.completed}/{total}" if row.completed is not None else f"-/{total}"
+        duration = row.duration_s
+        if duration is None:  # still running: time so far
+            duration = (now - row.started).total_seconds()
+        cells = [row.plan_id, row.status, done]
+        if with_attributes:
+            cells += [
+                "-" if row.tokens is None else str(row.tokens),
+                "-" if row.cost_usd is None else f"${row.cost_usd:.4f}",
+            ]
+        cells += [
+            row.started.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+            render_duration(duration),
+        ]
+        table.add_row(*(Text(cell) for cell in cells))
+    console.print(table)
+    if not with_attributes:
+        console.print(
+            "(search attributes not registered: run `dplan setup` for tokens, cost and "
+            "progress columns)",
+            markup=False,
+        )

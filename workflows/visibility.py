@@ -1,0 +1,153 @@
+"""What a plan shows to Temporal's visibility: its search attributes and its memo.
+
+``PlanVisibility`` sets a plan's ``Dplan*`` search attributes (``domain.search_attributes``)
+when it starts, as its counts change, and when it ends, and its memo (goal, subtask
+count) whoever started it. Both are new workflow commands, so both are behind patches
+(``versions.SELF_MEMO``, ``versions.SEARCH_ATTRIBUTES``): runs recorded before them replay
+without them.
+
+Setting an attribute the namespace has not registered fails the workflow task, so the
+worker checks the namespace at start (``DurablePlansPlugin``) and hands the answer to its
+workflows through an extern function. That answer may differ between the worker that ran
+a workflow and one that replays it (a replayer knows nothing; a worker started before
+``dplan setup`` thinks they are missing). So the decision is made once per run, in its
+first task, and recorded in the history as the ``SEARCH_ATTRIBUTES`` patch marker, which
+only a run that sets attributes records: a replay reads the marker, never the extern.
+
+Bounded: one upsert at start, at most one per ``PROGRESS_INTERVAL`` of workflow time while
+counts change (coalescing every completion in between), one at the end; so a plan's
+history holds at most ``2 + duration / PROGRESS_INTERVAL + 1`` upserts, however many
+subtasks it has, and a subtask's none (its attributes are set when the plan starts it).
+
+Pure and deterministic; passed through the sandbox.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import SearchAttributePair, SearchAttributeUpdate, TypedSearchAttributes
+
+from durable_plans.domain import search_attributes as sa
+from durable_plans.domain.models import Plan, PlanReport, PlanStatus
+from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.workflows import versions
+
+__all__ = [
+    "GOAL_CHARS",
+    "PROGRESS_INTERVAL",
+    "SEARCH_ATTRIBUTES_EXTERN",
+    "PlanVisibility",
+    "plan_memo",
+    "search_attributes_registered",
+]
+
+# The name under which a worker tells its workflows whether the attributes are registered.
+SEARCH_ATTRIBUTES_EXTERN = "durable_plans.search_attributes_registered"
+
+# Minimum workflow time between two progress upserts: each is a history event and a
+# visibility write, and a list refreshed every few seconds needs nothing finer.
+PROGRESS_INTERVAL = timedelta(seconds=10)
+
+# The goal as memo and search attribute: scrubbed (memos and attributes are readable by
+# anyone with UI access) and short (a Text attribute is for finding, not for reading).
+GOAL_CHARS = 200
+
+_STATUS_OF_REPORT = {
+    PlanStatus.RUNNING: sa.VisibilityStatus.RUNNING,
+    PlanStatus.COMPLETED: sa.VisibilityStatus.COMPLETED,
+    PlanStatus.FAILED: sa.VisibilityStatus.FAILED,
+    PlanStatus.CANCELLED: sa.VisibilityStatus.CANCELLED,
+}
+
+
+def search_attributes_registered() -> bool:
+    """The worker's answer: are all ``Dplan*`` attributes registered? False when the
+    worker did not say (a replayer, a worker assembled without the plugin)."""
+    extern = workflow.extern_functions().get(SEARCH_ATTRIBUTES_EXTERN)
+    return bool(extern()) if extern is not None else False
+
+
+def sets_search_attributes() -> bool:
+    """Whether this run sets search attributes: decided live from the worker's answer and
+    recorded as a patch marker; read back from that marker on replay. Call once, in the
+    run's first task, before any other command."""
+    if workflow.unsafe.is_replaying_history_events() or search_attributes_registered():
+        return workflow.patched(versions.SEARCH_ATTRIBUTES)
+    return False
+
+
+def plan_memo(plan: Plan) -> dict[str, Any]:
+    """The memo Temporal Web and ``dplan list`` show for a plan."""
+    return {"goal": scrub_secrets(plan.goal)[:GOAL_CHARS], "subtask_count": len(plan.subtasks)}
+
+
+def subtask_search_attributes(plan_id: str, agent: str) -> TypedSearchAttributes:
+    """A SubtaskWorkflow's attributes, given when it is started (no upsert of its own)."""
+    return TypedSearchAttributes(
+        [SearchAttributePair(sa.PLAN_ID, plan_id), SearchAttributePair(sa.AGENT, agent)]
+    )
+
+
+class PlanVisibility:
+    """A PlanWorkflow's memo and search attributes over its run."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self._last: dict[str, Any] = {}
+        self._last_at_s = 0.0
+
+    def start(self, plan: Plan, report: PlanReport) -> None:
+        """First task of a run: the memo, the decision, and ``running`` with the counts
+        carried over (a continued run starts from its predecessor's)."""
+        if workflow.patched(versions.SELF_MEMO):
+            memo = plan_memo(plan)
+            current = {key: workflow.memo_value(key, None) for key in memo}
+            if current != memo:
+                workflow.upsert_memo(memo)
+        self.enabled = sets_search_attributes()
+        if self.enabled:
+            self._upsert(
+                self._values(report, sa.VisibilityStatus.RUNNING)
+                | {sa.PLAN_ID.name: plan.id, sa.GOAL.name: scrub_secrets(plan.goal)[:GOAL_CHARS]}
+            )
+
+    def progress(self, report: PlanReport) -> None:
+        """Counts, tokens and cost as they are now, if they changed and the last upsert is
+        at least ``PROGRESS_INTERVAL`` old; otherwise the next call or the end says it."""
+        if not self.enabled:
+            return
+        if workflow.now().timestamp() - self._last_at_s < PROGRESS_INTERVAL.total_seconds():
+            return
+        self._upsert(self._values(report, sa.VisibilityStatus.RUNNING))
+
+    def end(self, report: PlanReport, status: PlanStatus | None = None) -> None:
+        """The final status and totals (always, when anything changed)."""
+        if not self.enabled:
+            return
+        final = _STATUS_OF_REPORT[status or report.status]
+        self._upsert(self._values(report, final))
+
+    @staticmethod
+    def _values(report: PlanReport, status: sa.VisibilityStatus) -> dict[str, Any]:
+        return {
+            sa.STATUS.name: status.value,
+            sa.COMPLETED.name: report.counts.completed,
+            sa.FAILED.name: report.counts.failed,
+            sa.TOKENS.name: report.usage.total_tokens,
+            sa.COST_USD.name: float(report.usage.cost_usd),
+        }
+
+    def _upsert(self, values: dict[str, Any]) -> None:
+        changed = {name: v for name, v in values.items() if self._last.get(name) != v}
+        if not changed:
+            return
+        keys = {key.name: key for key in sa.PLAN_ATTRIBUTES}
+        updates: list[SearchAttributeUpdate[Any]] = [
+            keys[name].value_set(value) for name, value in changed.items()
+        ]
+        workflow.upsert_search_attributes(updates)
+        self._last.update(changed)
+        self._last_at_s = workflow.now().timestamp()
