@@ -8,6 +8,7 @@ from typing import Any
 from durable_plans.activities.conversation import ConversationActivities
 from durable_plans.activities.delegation import DelegationActivities
 from durable_plans.activities.llm import LlmActivities
+from durable_plans.activities.notify import NotifyActivities
 from durable_plans.activities.sessions import SessionActivities
 from durable_plans.activities.subagents import SubagentActivities
 from durable_plans.activities.tools import ToolActivities
@@ -23,6 +24,7 @@ class PlanActivities:
         self.delegation = DelegationActivities(store, settings)
         self.subagents = SubagentActivities(store)
         self.conversation = ConversationActivities(store)
+        self.notify = NotifyActivities()
 
     def all(self) -> list[Callable[..., Any]]:
         return [
@@ -42,4 +44,10 @@ class PlanActivities:
             self.conversation.check_switch_call,
             self.conversation.answer_tool_call,
             self.conversation.read_history,
+            self.notify.deliver_webhook,
         ]
+
+    async def aclose(self) -> None:
+        """Release what the activities hold across calls (the webhook HTTP client); the
+        plugin calls it when the worker stops."""
+        await self.notify.aclose()

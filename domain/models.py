@@ -143,6 +143,41 @@ class Budget(_Frozen):
         return None
 
 
+class Notify(_Frozen):
+    """Where to report a plan's end: a webhook signed per the Standard Webhooks spec.
+
+    The plan names the worker's environment variable that holds the ``whsec_…`` signing
+    secret, never the secret itself: plans are stored in Temporal's history, readable by
+    anyone with UI access, while the secret must stay on the worker's host.
+    """
+
+    webhook: str
+    secret_env: str
+    # How long to keep retrying an unreachable or failing receiver (connection errors, 408,
+    # 429, 5xx); None: the worker's DPLAN_NOTIFY_DELIVER_FOR_S (hours by default).
+    deliver_for_s: float | None = None
+
+
+class DeliveryStatus(enum.StrEnum):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+class DeliveryOutcome(_Frozen):
+    """What became of a plan's webhook, as its memo and ``dplan status`` show it.
+
+    Never part of the plan report: the report is final before delivery starts, and a
+    receiver's trouble must not change what the plan did.
+    """
+
+    status: DeliveryStatus
+    webhook_id: str
+    attempts: NonNegativeInt = 0
+    last_status: int | None = None  # the receiver's last HTTP status; None: no answer
+    reason: str | None = None  # why it failed (one line), None when delivered
+
+
 class Subtask(_Frozen):
     id: str = Field(min_length=1)
     description: str
@@ -157,6 +192,7 @@ class Plan(_Frozen):
     max_parallel: int = Field(default=4, ge=1)
     budget: Budget | None = None
     subtasks: tuple[Subtask, ...]
+    notify: Notify | None = None
 
     def subtask(self, subtask_id: str) -> Subtask:
         for s in self.subtasks:
