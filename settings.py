@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from durable_plans.domain.models import Budget
+from durable_plans.payload_codec import PayloadKeyError, PayloadKeyring, keyring_from_env
 from durable_plans.starter.connection import (
     DEFAULT_ADDRESS,
     DEFAULT_NAMESPACE,
@@ -109,6 +110,13 @@ def _budget(env: Mapping[str, str]) -> Budget | None:
     )
 
 
+def _payload_keys(env: Mapping[str, str]) -> PayloadKeyring | None:
+    try:
+        return keyring_from_env(env)
+    except PayloadKeyError as err:
+        raise SettingsError(str(err)) from None
+
+
 @dataclass(frozen=True)
 class Settings:
     temporal_address: str = DEFAULT_ADDRESS
@@ -135,6 +143,17 @@ class Settings:
     default_budget: Budget | None = None
     agents_file: Path | None = None
     """An agents file (TOML/YAML/JSON) overriding or adding agents; None: the built-ins."""
+    notify_deliver_for_s: float = DEFAULT_PARAMETERS.notify_deliver_for.total_seconds()
+    """How long a plan-end webhook is retried (``DPLAN_NOTIFY_DELIVER_FOR_S``), unless
+    the plan's ``notify.deliver_for_s`` says otherwise."""
+    notify_initial_backoff_s: float = DEFAULT_PARAMETERS.notify_initial_backoff.total_seconds()
+    notify_max_backoff_s: float = DEFAULT_PARAMETERS.notify_max_backoff.total_seconds()
+    """First and longest wait between webhook attempts (``DPLAN_NOTIFY_INITIAL_BACKOFF_S``,
+    ``DPLAN_NOTIFY_MAX_BACKOFF_S``); a receiver's ``Retry-After`` replaces them."""
+    payload_keys: PayloadKeyring | None = None
+    """Payload encryption keys (``DPLAN_PAYLOAD_KEY``, ``_KEY_FILE``, ``_KEYS``; see
+    ``payload_codec.py``); None: payloads are stored as plain JSON. The plugin turns them
+    into the codec of every client, worker and replayer built from these settings."""
 
     @property
     def model_is_scripted(self) -> bool:
@@ -154,6 +173,9 @@ class Settings:
             llm_max_attempts=self.llm_max_attempts,
             tool_start_to_close=timedelta(seconds=self.tool_timeout_s),
             tool_max_attempts=self.tool_max_attempts,
+            notify_deliver_for=timedelta(seconds=self.notify_deliver_for_s),
+            notify_initial_backoff=timedelta(seconds=self.notify_initial_backoff_s),
+            notify_max_backoff=timedelta(seconds=self.notify_max_backoff_s),
         )
 
     def with_overrides(self, **changes: object) -> Settings:
@@ -185,4 +207,14 @@ class Settings:
             tool_max_attempts=_int(e, "DPLAN_TOOL_MAX_ATTEMPTS", defaults.tool_max_attempts),
             agents_file=_path(e, "DPLAN_AGENTS"),
             default_budget=_budget(e),
+            notify_deliver_for_s=_float(
+                e, "DPLAN_NOTIFY_DELIVER_FOR_S", defaults.notify_deliver_for_s
+            ),
+            notify_initial_backoff_s=_float(
+                e, "DPLAN_NOTIFY_INITIAL_BACKOFF_S", defaults.notify_initial_backoff_s
+            ),
+            notify_max_backoff_s=_float(
+                e, "DPLAN_NOTIFY_MAX_BACKOFF_S", defaults.notify_max_backoff_s
+            ),
+            payload_keys=_payload_keys(e),
         )

@@ -151,6 +151,8 @@ async def run_worker(
                 llm_max_attempts=settings.llm_max_attempts,
                 tool_timeout_s=settings.tool_timeout_s,
                 tool_max_attempts=settings.tool_max_attempts,
+                # Key ids only, never keys: which key encrypts, which ones decode.
+                payload_keys=list(settings.payload_keys.ids) if settings.payload_keys else None,
             )
             running = asyncio.create_task(worker.run(), name="dplan-worker")
             stopping = asyncio.create_task(stop.wait(), name="dplan-worker-stop")

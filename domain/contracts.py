@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from durable_plans.domain.agents import AgentSpec
-from durable_plans.domain.models import Budget, Plan, Subtask, SubtaskResult, Usage
+from durable_plans.domain.models import Budget, Plan, PlanReport, Subtask, SubtaskResult, Usage
 
 # Workflow type names, like activity names, are part of recorded histories (and of
 # `temporal workflow start --type ...`): renaming one breaks replay. A workflow starts
@@ -30,6 +30,7 @@ ACT_PREPARE_SPAWN = "prepare_spawn"
 ACT_FINISH_SPAWN = "finish_spawn"
 ACT_APPEND_NOTES = "append_notes"
 ACT_BRANCH_SPEND = "branch_spend"
+ACT_DELIVER_WEBHOOK = "deliver_webhook"
 
 # Sub-agents nest at most this deep (the root session is depth 0).
 MAX_SUBAGENT_DEPTH = 3
@@ -194,6 +195,25 @@ class AppendNotesInput(_Payload):
     scope: str
     turn: int
     notes: tuple[str, ...]
+
+
+class WebhookInput(_Payload):
+    """One plan-end notification. ``secret_env`` names the worker's variable holding the
+    signing secret: the secret itself never enters a payload."""
+
+    webhook_id: str  # the Standard Webhooks ``webhook-id``, the same on every attempt
+    url: str
+    secret_env: str
+    report: PlanReport  # the body, sent as the report JSON
+
+
+class WebhookAttempt(_Payload):
+    """What one delivery attempt saw: returned when delivered, and carried in the details
+    of a failed attempt, so the workflow can tell attempts and the last answer."""
+
+    attempt: int
+    status_code: int | None = None  # None: no HTTP answer (connection error, timeout)
+    reason: str | None = None
 
 
 class SubtaskInput(_Payload):

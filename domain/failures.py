@@ -65,6 +65,9 @@ class FailureType(StrEnum):
     MAX_TURNS_REACHED = "MaxTurnsReached"
     # A conversation (SessionWorkflow).
     INVALID_AGENT_SWITCH = "InvalidAgentSwitch"
+    # A workflow input or an update argument that cannot be used (details: the problems,
+    # one line each); a plan's own input fails with INVALID_PLAN instead.
+    INVALID_INPUT = "InvalidInput"
     # LLM calls, as activities/llm_errors.py classifies them: never worth a retry...
     BAD_REQUEST = "BadRequest"
     CONTEXT_WINDOW_EXCEEDED = "ContextWindowExceeded"
@@ -84,6 +87,12 @@ class FailureType(StrEnum):
     SERVER_ERROR = "ServerError"
     CONFLICT = "Conflict"
     LLM_ERROR = "LlmError"  # an LLM activity's failure of no known kind
+    # A plan-end webhook (activities/notify.py): the receiver refused it (a 4xx other than
+    # 408/429), the worker cannot sign it (secret missing or malformed), or it is worth
+    # another attempt (connection error, 408, 429, 5xx).
+    WEBHOOK_REJECTED = "WebhookRejected"
+    WEBHOOK_MISCONFIGURED = "WebhookMisconfigured"
+    WEBHOOK_UNAVAILABLE = "WebhookUnavailable"
     # An ApplicationError raised without a type.
     APPLICATION_ERROR = "ApplicationError"
 

@@ -48,6 +48,7 @@ __all__ = [
     "tool_call_id",
     "tool_message_id",
     "user_message_id",
+    "webhook_message_id",
 ]
 
 SUBAGENT_SESSION_PREFIX = "sub-"
@@ -264,6 +265,15 @@ def plan_summary_message_id(session_workflow_id: str, plan_id: str) -> str:
     """The summary of a finished plan appended to the conversation that started it (one
     per plan: plan ids are unique within a conversation)."""
     return message_id(f"{session_workflow_id}/plan", plan_id)
+
+
+def webhook_message_id(plan_run_id: str) -> str:
+    """``webhook-id`` of a plan execution's end notification (Standard Webhooks).
+
+    The same on every delivery attempt and after a worker crash, so a receiver that sees
+    it twice drops the duplicate; a new run of the same plan id gets a new one.
+    """
+    return f"msg_{stable_id('plan-webhook', plan_run_id)}"
 
 
 def missing_result_message_id(call_id: str) -> str:

@@ -29,7 +29,8 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
-from durable_plans.domain.models import Plan, Subtask
+from durable_plans.domain.models import Notify, Plan, Subtask
+from durable_plans.domain.notify import notify_problems
 from durable_plans.domain.scheduling import CYCLE_DISPLAY_LIMIT, find_cycles, format_cycle
 from durable_plans.domain.text_formats import (
     ProblemsError,
@@ -204,6 +205,7 @@ class _PlanFacts:
     session_id: str | None
     max_parallel: int | None
     subtask_count: int | None
+    notify: Notify | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +262,7 @@ def plan_from_data(
         session_id=values.get("session_id"),
         max_parallel=values.get("max_parallel"),
         subtask_count=len(raw_subtasks) if isinstance(raw_subtasks, list | tuple) else None,
+        notify=values.get("notify"),
     )
     problems.extend(_semantic_problems(plan_facts, subtask_facts, known_agents))
     if problems:
@@ -279,6 +282,7 @@ def validate_plan(plan: Plan, *, known_agents: Collection[str] = BUILTIN_AGENTS)
         session_id=plan.session_id,
         max_parallel=plan.max_parallel,
         subtask_count=len(plan.subtasks),
+        notify=plan.notify,
     )
     subtask_facts = [
         _SubtaskFacts(i, s.id, s.description, s.agent, tuple(s.depends_on))
@@ -324,6 +328,7 @@ def _check_object(
     *,
     handled: Collection[str] = (),
     optional: Collection[str] = (),
+    strict: bool = True,
 ) -> tuple[dict[str, Any], list[str]]:
     """Type-check each field of ``raw`` against ``model`` on its own.
 
@@ -348,11 +353,30 @@ def _check_object(
         if isinstance(value, list):
             value = tuple(value)
         try:
-            values[name] = _field_adapter(model, name).validate_python(value, strict=True)
+            values[name] = _field_adapter(model, name).validate_python(value, strict=strict)
         except ValidationError as exc:
             for err in exc.errors():
                 problems.extend(_explain_error(err, name, _nested_model(info.annotation)))
     return values, problems
+
+
+def check_fields(
+    raw: Mapping[Any, Any],
+    model: type[BaseModel],
+    *,
+    handled: Collection[str] = (),
+    strict: bool = False,
+) -> tuple[dict[str, Any], list[str]]:
+    """Type-check the fields of ``raw`` against ``model``, worded as plan-file problems.
+
+    For the other JSON objects clients send next to or instead of a plan file (the
+    PlanInput wrapper, a SessionInput), so that every rejected input reads alike:
+    ``unknown field 'x' (did you mean 'y'?)``, ``agents[0].name: must be a string, got 5``.
+    Lax by default: those objects are written by programs (and by older versions of this
+    one) whose JSON pydantic has always decoded leniently. Fields in ``handled`` are
+    neither checked nor required.
+    """
+    return _check_object(raw, model, handled=handled, strict=strict)
 
 
 @cache
@@ -491,6 +515,8 @@ def _plan_field_problems(plan: _PlanFacts) -> list[_Problem]:
         out.append("subtasks: the plan has no subtasks (at least one is required)")
     elif plan.subtask_count is not None and plan.subtask_count > MAX_SUBTASKS:
         out.append(f"subtasks: too many ({plan.subtask_count}, limit {MAX_SUBTASKS})")
+    if plan.notify is not None:
+        out.extend(notify_problems(plan.notify))
     return [(_PLAN_GROUP, line) for line in out]
 
 

@@ -8,7 +8,8 @@ one place, on the SDK's own plugin interface (``temporalio.plugin.SimplePlugin``
 ``OpenAIAgentsPlugin`` uses it):
 
 * the data converter: pydantic models as JSON payloads (``pydantic_data_converter``, the
-  encoding every recorded history uses), with an optional payload codec on top;
+  encoding every recorded history uses), with an optional payload codec on top (the
+  AES-256-GCM codec of ``payload_codec.py`` when the settings carry payload keys);
 * the sandbox passthrough of our pure modules (``PASSTHROUGH_MODULES``);
 * the workflows (``PlanWorkflow``, ``SubtaskWorkflow``, ``SessionWorkflow``);
 * the activities, when it is given a session store and settings (a worker); a client or
@@ -16,7 +17,10 @@ one place, on the SDK's own plugin interface (``temporalio.plugin.SimplePlugin``
 * the workflow failure exception types;
 * the worker's ``ActivityParameters`` (timeouts and attempts of LLM calls and tools),
   handed to its workflows through an extern function, so each worker's workflows use that
-  worker's settings even when several workers share one process.
+  worker's settings even when several workers share one process;
+* whether the namespace has the ``Dplan*`` search attributes, checked when the worker
+  starts (one warning line naming ``dplan setup`` if not) and handed to its workflows the
+  same way, so they set them only where that cannot fail (``workflows/visibility.py``).
 
 Use: ``Client.connect(..., plugins=[DurablePlansPlugin()])`` for a client;
 ``Replayer(workflows=[], plugins=[DurablePlansPlugin()])`` for a replayer; a worker is
@@ -31,26 +35,36 @@ worker a client whose ``DurablePlansPlugin`` is the worker's own instead.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    PayloadCodec,
+)
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import (
     Interceptor,
+    Worker,
+    WorkerConfig,
     WorkflowInboundInterceptor,
     WorkflowInterceptorClassInput,
     WorkflowRunner,
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from durable_plans.payload_codec import EncryptionCodec
 from durable_plans.workflows.policies import PARAMETERS_EXTERN, ActivityParameters
+from durable_plans.workflows.visibility import SEARCH_ATTRIBUTES_EXTERN
 
 if TYPE_CHECKING:
+    from durable_plans.activities.registry import PlanActivities
     from durable_plans.session_store import SessionStore
     from durable_plans.settings import Settings
 
@@ -83,6 +97,7 @@ PASSTHROUGH_MODULES: tuple[str, ...] = (
     "durable_plans.workflows.versions",
     "durable_plans.workflows.store_ops",
     "durable_plans.workflows.agent_loop",
+    "durable_plans.workflows.visibility",
 )
 
 # Exceptions that fail the workflow instead of its workflow task. A pydantic
@@ -114,6 +129,24 @@ class _ActivityParametersInterceptor(Interceptor):
         return None
 
 
+class _SearchAttributesInterceptor(Interceptor):
+    """Tells one worker's workflows whether the ``Dplan*`` search attributes are
+    registered on its namespace (``workflows.visibility``): setting an unregistered one
+    would fail their workflow tasks. False until the worker has checked, at start."""
+
+    def __init__(self) -> None:
+        self.registered = False
+
+    def _get(self) -> bool:
+        return self.registered
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        input.unsafe_extern_functions[SEARCH_ATTRIBUTES_EXTERN] = self._get
+        return None
+
+
 class DurablePlansPlugin(SimplePlugin):
     """The Temporal wiring of durable-plans for a client, a worker or a replayer.
 
@@ -126,8 +159,9 @@ class DurablePlansPlugin(SimplePlugin):
     * ``workflows`` / ``activities``: replace the defaults (tests register their own);
     * ``parameters``: the ``ActivityParameters`` handed to the workflows; without them
       (and without settings) workflows use the defaults;
-    * ``payload_codec``: applied to every payload on top of the pydantic converter (for
-      example encryption); without one, a codec already on the client's converter is kept;
+    * ``payload_codec``: applied to every payload on top of the pydantic converter;
+      without one, the encryption codec of ``settings.payload_keys`` (``DPLAN_PAYLOAD_KEY``)
+      when configured, else a codec already on the client's converter is kept;
     * ``workflow_failure_exception_types``: replace ``WORKFLOW_FAILURE_EXCEPTION_TYPES``.
     """
 
@@ -142,6 +176,7 @@ class DurablePlansPlugin(SimplePlugin):
         payload_codec: PayloadCodec | None = None,
         workflow_failure_exception_types: Sequence[type[BaseException]] | None = None,
     ) -> None:
+        self._search_attributes = _SearchAttributesInterceptor()
         if parameters is None and settings is not None:
             parameters = settings.activity_parameters()
         self.settings = settings
@@ -150,6 +185,7 @@ class DurablePlansPlugin(SimplePlugin):
         self.payload_codec = payload_codec
         self._workflows = list(workflows) if workflows is not None else None
         self._activities = list(activities) if activities is not None else None
+        self._plan_activities: PlanActivities | None = None
         self._failure_types = list(
             WORKFLOW_FAILURE_EXCEPTION_TYPES
             if workflow_failure_exception_types is None
@@ -162,20 +198,55 @@ class DurablePlansPlugin(SimplePlugin):
             workflows=self._add_workflows,
             activities=self._add_activities,
             workflow_failure_exception_types=self._add_failure_types,
+            run_context=self._closing_activities,
             interceptors=(
                 [_ActivityParametersInterceptor(parameters)] if parameters is not None else None
             ),
         )
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        """As ``SimplePlugin``'s, plus the search-attribute answer for a worker's
+        workflows (a worker only: a replayer reads the decision from the history)."""
+        config = super().configure_worker(config)
+        interceptors = list(config.get("interceptors") or [])
+        if self._search_attributes not in interceptors:
+            config["interceptors"] = [*interceptors, self._search_attributes]
+        return config
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """Check the namespace's search attributes before the worker polls (one warning
+        line, naming ``dplan setup``, when some are missing), then run it."""
+        from durable_plans.starter.visibility import check_search_attributes
+
+        self._search_attributes.registered = await check_search_attributes(worker.client)
+        await super().run_worker(worker, next)
 
     # Each is a callable rather than a value: workflows and activities are imported only
     # when a worker or replayer asks for them (a CLI client has no use for them), and what
     # is already there is kept and never added twice.
 
     def _data_converter(self, existing: DataConverter | None) -> DataConverter:
-        """Pydantic payloads, as every recorded history holds them; a codec on top."""
-        codec = self.payload_codec or (existing.payload_codec if existing else None)
+        """Pydantic payloads, as every recorded history holds them; a codec on top: the
+        one given, else the encryption codec of ``settings.payload_keys``, else the one
+        already on the converter.
+
+        With encryption, failure messages and stack traces are encoded too (they go into
+        the failure's encoded attributes): a failed subtask's message may quote the
+        model's answer or the plan, and would otherwise sit in the history in plain text.
+        """
+        codec = self.payload_codec
+        if codec is None and self.settings is not None and self.settings.payload_keys is not None:
+            codec = self.settings.payload_keys.codec()
+        if codec is None and existing is not None:
+            codec = existing.payload_codec
         if codec is None:
             return pydantic_data_converter
+        if isinstance(codec, EncryptionCodec):
+            return dataclasses.replace(
+                pydantic_data_converter,
+                payload_codec=codec,
+                failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+            )
         return dataclasses.replace(pydantic_data_converter, payload_codec=codec)
 
     def _workflow_runner(self, existing: WorkflowRunner | None) -> WorkflowRunner:
@@ -221,8 +292,19 @@ class DurablePlansPlugin(SimplePlugin):
             # Imported now, not in the first LLM activity: the import takes seconds and
             # blocks the event loop, long enough to miss that activity's heartbeat timeout.
             import_litellm()
-            self._activities = list(PlanActivities(self.store, self.settings).all())
+            self._plan_activities = PlanActivities(self.store, self.settings)
+            self._activities = list(self._plan_activities.all())
         return list(self._activities)
+
+    @contextlib.asynccontextmanager
+    async def _closing_activities(self) -> AsyncIterator[None]:
+        """Around a worker's run: afterwards, release what its activities hold across
+        calls (the webhook activity's shared HTTP client)."""
+        try:
+            yield
+        finally:
+            if self._plan_activities is not None:
+                await self._plan_activities.aclose()
 
 
 def _merge(existing: Sequence[T] | None, ours: Sequence[T]) -> list[T]:

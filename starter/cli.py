@@ -333,6 +333,186 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
 
 
+# --------------------------------------------------------------------------- codec-server
+# Temporal Web's remote codec endpoint: decrypts payloads for an operator holding the key.
+
+
+def _add_codec_server_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    parser = subparsers.add_parser(
+        "codec-server",
+        help="serve Temporal Web's remote codec endpoint (decrypts payloads)",
+        description=(
+            "Serve POST /decode and /encode (Temporal's remote codec protocol) with the "
+            "payload keys of DPLAN_PAYLOAD_KEY / DPLAN_PAYLOAD_KEY_FILE / DPLAN_PAYLOAD_KEYS, "
+            "so Temporal Web (--ui-codec-endpoint, or the UI's codec setting) and "
+            "`temporal ... --codec-endpoint` show encrypted payloads as plain JSON. Anyone "
+            "who can reach it can decrypt: it listens on localhost unless told otherwise. "
+            "Exit 2 when no key is configured."
+        ),
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8081, help="port to listen on (0: any)")
+    parser.add_argument(
+        "--cors-origin",
+        metavar="URL",
+        action="append",
+        default=[],
+        help=(
+            "a Temporal Web origin allowed to call it (repeatable; '*' allows any); "
+            "default: the UI of the configured server (TEMPORAL_UI_URL, else gRPC port + 1000)"
+        ),
+    )
+    parser.set_defaults(handler=cmd_codec_server)
+
+
+def cmd_codec_server(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from durable_plans.settings import Settings, SettingsError
+    from durable_plans.starter.client import ui_base_for
+    from durable_plans.starter.codec_server import run_codec_server
+
+    try:
+        settings = Settings.from_env()
+    except SettingsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    if settings.payload_keys is None:
+        print(
+            "error: no payload key configured: set DPLAN_PAYLOAD_KEY (or "
+            "DPLAN_PAYLOAD_KEY_FILE) to the key the workers use",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    origins = args.cors_origin or [ui_base_for(settings)]
+    try:
+        asyncio.run(
+            run_codec_server(
+                settings.payload_keys.codec(),
+                origins,
+                host=args.host,
+                port=args.port,
+                namespace=settings.temporal_namespace,
+            )
+        )
+    except OSError as err:
+        print(
+            f"error: cannot listen on {args.host}:{args.port}: {err.strerror or err}",
+            file=sys.stderr,
+        )
+        return 1
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- list, setup
+# Finding plans in Temporal visibility, by the Dplan* search attributes when registered.
+
+
+def _add_list_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "list",
+        help="list plans, newest first",
+        description=(
+            "List plans from Temporal visibility, newest first: id, status, done/total, "
+            "tokens, cost, started, duration. Without the search attributes (`dplan setup`) "
+            "fewer columns, from the execution status and memo. Exit 0 listed, 1 server "
+            "unreachable, 2 invalid --status or --query."
+        ),
+    )
+    parser.add_argument(
+        "--status",
+        metavar="S",
+        default=None,
+        help="running, completed, failed, cancelled, paused (also terminated, timed_out)",
+    )
+    parser.add_argument(
+        "--query",
+        metavar="Q",
+        default=None,
+        help="a visibility query ANDed to the list, e.g. 'DplanTokens > 1000'",
+    )
+    parser.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    parser.add_argument("--json", action="store_true", help="print the rows as a JSON array")
+    parser.set_defaults(handler=cmd_list)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from durable_plans.starter.list_command import list_command
+
+    try:
+        return asyncio.run(
+            list_command(
+                status=args.status, query=args.query, json_output=args.json, limit=args.limit
+            )
+        )
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _add_setup_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "setup",
+        help="register the search attributes on a Temporal server",
+        description=(
+            "Register the Dplan* search attributes in TEMPORAL_NAMESPACE through the "
+            "operator service; idempotent, says what it added. Exit 0 ok, 1 not possible."
+        ),
+    )
+    parser.set_defaults(handler=cmd_setup)
+
+
+def cmd_setup(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from durable_plans.starter.list_command import setup_command
+
+    try:
+        return asyncio.run(setup_command())
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _add_schemas_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "schemas",
+        help="write the JSON Schemas of the plan file, the inputs and the report",
+        description=(
+            "Generate the JSON Schemas (plan file, PlanWorkflow wrapper input, plan report, "
+            "SessionWorkflow input) from the models into DIR. With --check, write nothing: "
+            "exit 1 and name the files that are missing or stale."
+        ),
+    )
+    parser.add_argument("--out", default="schemas", metavar="DIR", help="default: ./schemas")
+    parser.add_argument("--check", action="store_true", help="compare instead of writing")
+    parser.set_defaults(handler=cmd_schemas)
+
+
+def cmd_schemas(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from durable_plans.domain.json_schemas import schema_files, write_schemas
+
+    out = Path(args.out)
+    if args.check:
+        stale = [
+            name
+            for name, text in schema_files().items()
+            if not (out / name).is_file() or (out / name).read_text(encoding="utf-8") != text
+        ]
+        for name in stale:
+            print(f"{out / name}: stale or missing (run `dplan schemas --out {out}`)")
+        return 1 if stale else 0
+    for path in write_schemas(out):
+        print(path)
+    return 0
+
+
 # --------------------------------------------------------------------------- entry point
 
 _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
@@ -342,6 +522,10 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     _add_chat_parser,
     _add_plan_parser,
     _add_replay_parser,
+    _add_list_parser,
+    _add_setup_parser,
+    _add_codec_server_parser,
+    _add_schemas_parser,
 )
 
 

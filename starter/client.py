@@ -37,7 +37,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput
 from durable_plans.domain.failures import FailureType, MalformedDetails, read_plan_report
-from durable_plans.domain.models import Plan, PlanReport, SubtaskStatus
+from durable_plans.domain.models import DeliveryOutcome, Plan, PlanReport, SubtaskStatus
+from durable_plans.domain.notify import NOTIFY_MEMO_KEY
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.settings import Settings
@@ -53,6 +54,7 @@ __all__ = [
     "PlanStatusUnavailable",
     "TemporalUnreachable",
     "connect",
+    "notification_outcome",
     "plan_status",
     "query_status",
     "settle_stopped",
@@ -314,6 +316,25 @@ async def plan_status(client: Client, plan_id: str) -> PlanReport:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise PlanNotFound(plan_id, client.namespace) from err
         raise
+
+
+async def notification_outcome(client: Client, plan_id: str) -> DeliveryOutcome | None:
+    """How the plan's webhook went (``notify`` in the plan), from the memo the workflow
+    keeps; None for a plan without one, or a memo another version wrote differently.
+
+    Read from the memo rather than a query, so a closed plan answers without a worker.
+    """
+    try:
+        description = await client.get_workflow_handle(plan_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise PlanNotFound(plan_id, client.namespace) from err
+        raise
+    try:
+        raw: Any = await description.memo_value(NOTIFY_MEMO_KEY, None)
+        return None if raw is None else DeliveryOutcome.model_validate(raw)
+    except Exception:  # undecodable here (another key, another version): nothing to show
+        return None
 
 
 async def worker_count(

@@ -17,6 +17,7 @@ Exit codes: 0 every run replayed, 1 a replay failed or the histories could not b
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -31,6 +32,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from durable_plans.payload_codec import PayloadKeyError, key_ids_in, keyring_from_env
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.settings import Settings, SettingsError
 from durable_plans.starter.client import TemporalUnreachable, connect
@@ -362,6 +364,13 @@ async def _load_from_server(
     return await collect_runs(client, workflow_id, run_id=run_id, children=children)
 
 
+def _missing_key_ids(runs: Sequence[RunHistory], settings: Settings | None) -> set[str]:
+    """Key ids the runs' payloads need that ``settings`` do not configure."""
+    needed = key_ids_in(e for run in runs for e in run.history.events)
+    have = set(settings.payload_keys.ids) if settings and settings.payload_keys else set()
+    return needed - have
+
+
 async def replay_command(
     workflow_id: str | None,
     *,
@@ -377,12 +386,21 @@ async def replay_command(
     """Fetch (or load), optionally save, replay and report; returns the exit code."""
     printer = _Printer(out or sys.stdout, err or sys.stderr)
     runs: list[RunHistory]
+    resolved: Settings | None = settings
     if files:
         try:
             runs = [load_history_file(f, file_workflow_id) for f in files]
         except HistoryFileError as exc:
             print(f"error: {exc}", file=printer.err)
             return EXIT_INVALID
+        if resolved is None:
+            # No server to reach, so only the payload keys matter: encrypted histories
+            # decode with the worker's keys (DPLAN_PAYLOAD_KEY...), as on a worker.
+            try:
+                resolved = Settings(payload_keys=keyring_from_env(os.environ))
+            except PayloadKeyError as exc:
+                print(f"error: {exc}", file=printer.err)
+                return EXIT_INVALID
     else:
         assert workflow_id is not None
         try:
@@ -405,8 +423,24 @@ async def replay_command(
             written = save_runs(runs, Path(save_dir))
             print(f"saved {len(written)} histories to {save_dir}", file=printer.err)
 
+    missing = _missing_key_ids(runs, resolved)
+    if missing:
+        # Said up front: without the key the input does not decode, and the replay would
+        # fail with a misleading non-determinism error instead.
+        print(
+            "error: the histories hold payloads encrypted with key id(s) "
+            f"{', '.join(repr(k) for k in sorted(missing))}, which this process does not "
+            "have: set DPLAN_PAYLOAD_KEY / DPLAN_PAYLOAD_KEY_FILE / DPLAN_PAYLOAD_KEYS as "
+            "on the workers",
+            file=printer.err,
+        )
+        return EXIT_FAILED
     printer.width = max(len(r.workflow_id) for r in runs)
-    outcomes = await replay_runs(runs, on_outcome=printer.outcome)
+    # Of the settings, replay needs only the payload keys (timeouts and attempts do not
+    # take part in replay).
+    keyed = resolved is not None and resolved.payload_keys is not None
+    replayer = make_replayer(settings=resolved) if keyed else make_replayer()
+    outcomes = await replay_runs(runs, replayer, on_outcome=printer.outcome)
     failed = [o for o in outcomes if not o.ok]
     workflows = len({r.workflow_id for r in runs})
     print(

@@ -24,7 +24,13 @@ from temporalio.client import Client
 from durable_plans.activities.log import ensure_logging
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.agents_loader import AgentsFileError, load_catalog
-from durable_plans.domain.models import Plan, PlanReport, PlanStatus
+from durable_plans.domain.models import (
+    DeliveryOutcome,
+    DeliveryStatus,
+    Plan,
+    PlanReport,
+    PlanStatus,
+)
 from durable_plans.domain.plan_loader import PlanValidationError, load_plan_file
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings, SettingsError
@@ -34,6 +40,7 @@ from durable_plans.starter.client import (
     PlanClientError,
     TemporalUnreachable,
     connect,
+    notification_outcome,
     plan_status,
     query_status,
     start_plan,
@@ -317,6 +324,18 @@ def _announce_started(plan: Plan, url: str | None, *, json_output: bool) -> None
             print(url)
 
 
+def describe_notification(outcome: DeliveryOutcome) -> str:
+    """One line on a plan's webhook for ``dplan status``: delivered, failed (why), or under
+    way."""
+    tries = f"{outcome.attempts} attempt{'s' if outcome.attempts != 1 else ''}"
+    answer = f"HTTP {outcome.last_status}" if outcome.last_status is not None else "no answer"
+    if outcome.status is DeliveryStatus.DELIVERED:
+        return f"webhook: delivered ({answer}, {tries}; webhook-id {outcome.webhook_id})"
+    if outcome.status is DeliveryStatus.FAILED:
+        return f"webhook: FAILED after {tries}: {outcome.reason or answer}"
+    return f"webhook: delivering (webhook-id {outcome.webhook_id})"
+
+
 async def status_command(
     plan_id: str, *, json_output: bool, settings: Settings | None = None
 ) -> int:
@@ -328,6 +347,7 @@ async def status_command(
     try:
         client = await connect(resolved)
         report = await plan_status(client, plan_id)
+        notification = await notification_outcome(client, plan_id)
     except TemporalUnreachable as err:
         _err(unreachable_message(err, suggest_embedded=False))
         return EXIT_FAILED
@@ -335,5 +355,16 @@ async def status_command(
         _err(f"error: {err}")
         return EXIT_FAILED
     url = web_url(resolved, resolved.temporal_namespace, plan_id)
-    _print_report(report, json_output=json_output, url=url)
+    if json_output and notification is not None:
+        # The report's fields as they are, plus how its webhook went: the delivery is not
+        # part of the report (it never changes it), but a script asking for the status
+        # wants both.
+        document = report.model_dump(mode="json")
+        document["notification"] = notification.model_dump(mode="json")
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        sys.stdout.flush()
+    else:
+        _print_report(report, json_output=json_output, url=url)
+        if notification is not None:
+            print(describe_notification(notification))
     return EXIT_OK if report.status in (PlanStatus.RUNNING, PlanStatus.COMPLETED) else EXIT_FAILED

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
@@ -51,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         subtask_scope,
         subtask_workflow_id,
     )
+    from durable_plans.domain.inputs import InvalidInput, plan_input_from_value
     from durable_plans.domain.models import (
         ErrorInfo,
         Plan,
@@ -64,8 +66,11 @@ with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.scheduling import blocked_by_failure, ready_subtasks
 
 from durable_plans.workflows import versions
+from durable_plans.workflows.notify import deliver_report, should_notify
+from durable_plans.workflows.raw_input import NO_INPUT, decode_input
 from durable_plans.workflows.store_ops import store_op
 from durable_plans.workflows.subtask import SubtaskWorkflow
+from durable_plans.workflows.visibility import PlanVisibility, subtask_search_attributes
 
 MAX_RESULT_EXCERPT = 4000
 PAYLOAD_BUDGET_CHARS = 400_000  # carried results stay far below the 512 KiB warning
@@ -114,6 +119,7 @@ class PlanWorkflow:
         self._cancelled = False
         self._plan_run_id = ""
         self._merge_enabled = True
+        self._visibility = PlanVisibility()
 
     # ------------------------------------------------------------------ queries
 
@@ -146,8 +152,25 @@ class PlanWorkflow:
 
     # ------------------------------------------------------------------ run
 
+    def _decode(self, raw: RawValue) -> PlanInput:
+        """The run's input, or a non-retryable ``InvalidPlan`` listing every problem."""
+        workflow_id = workflow.info().workflow_id
+        try:
+            value = decode_input(raw, what="the plan file's JSON object")
+            return plan_input_from_value(value, workflow_id=workflow_id)
+        except InvalidInput as err:
+            raise invalid_plan_error(
+                f"invalid plan {workflow_id!r}: " + "; ".join(err.problems), err.problems
+            ) from None
+
     @workflow.run
-    async def run(self, inp: PlanInput) -> PlanReport:
+    async def run(self, raw: RawValue = NO_INPUT) -> PlanReport:
+        """Run the plan in ``raw``: the plan file's JSON as is, or the PlanInput wrapper.
+
+        Taken raw and decoded here, so that any input (not JSON, wrong types, a cycle...)
+        fails the workflow at once with ``InvalidPlan`` instead of a retried task.
+        """
+        inp = self._decode(raw)
         plan = inp.plan
         self._plan = plan
         catalog = AgentCatalog(agents=inp.agents) if inp.agents else BUILTIN_CATALOG
@@ -161,11 +184,14 @@ class PlanWorkflow:
         self._merged = list(inp.merged)
         self._branches = dict(inp.branches)
         self._started_at_s = inp.started_at_s or workflow.now().timestamp()
+        self._visibility.start(plan, self._report())
 
         try:
             carried_over = await self._drive(plan, inp)
         except asyncio.CancelledError:
             await self._cancel_everything(plan)
+            self._visibility.end(self._report(), PlanStatus.CANCELLED)
+            await self._notify(plan, self._report())
             raise
         if carried_over:
             workflow.continue_as_new(
@@ -184,6 +210,8 @@ class PlanWorkflow:
             )
 
         report = self._report()
+        self._visibility.end(report)
+        await self._notify(plan, report)
         if report.status is PlanStatus.FAILED:
             failed = [r for r in report.subtasks if r.status is SubtaskStatus.FAILED]
             first = failed[0]
@@ -195,6 +223,13 @@ class PlanWorkflow:
                 report,
             )
         return report
+
+    async def _notify(self, plan: Plan, report: PlanReport) -> None:
+        """Tell the plan's webhook how it ended, once the report is final (completed,
+        failed or cancelled alike); the outcome goes to the memo (``workflows/notify.py``),
+        and neither the report nor the way the plan ends depends on it."""
+        if plan.notify is not None and should_notify():
+            await deliver_report(self._plan_run_id, plan.notify, report)
 
     async def _drive(self, plan: Plan, inp: PlanInput) -> bool:
         """Schedule until every subtask is terminal; True when it is time to continue-as-new.
@@ -225,6 +260,7 @@ class PlanWorkflow:
                     + ", ".join(stuck[:10]),
                 )
             await workflow.wait_condition(lambda: self._changed)
+            self._visibility.progress(self._report())
             limit = inp.max_completions_per_run
             if workflow.info().is_continue_as_new_suggested() or (
                 limit is not None and len(self._results) - results_at_start >= limit
@@ -275,6 +311,9 @@ class PlanWorkflow:
                 child_input,
                 id=subtask_workflow_id(plan.id, sid),
                 static_summary=f"{agent}: {child_input.subtask.description[:120]}",
+                search_attributes=(
+                    subtask_search_attributes(plan.id, agent) if self._visibility.enabled else None
+                ),
             )
             self._branches[sid] = outcome.branch_session_id
             self._results[sid] = SubtaskResult(

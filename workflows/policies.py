@@ -22,12 +22,14 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from durable_plans.domain.failures import NON_RETRYABLE_LLM_FAILURES
+from durable_plans.domain.failures import NON_RETRYABLE_LLM_FAILURES, FailureType
 
 __all__ = [
     "DEFAULT_PARAMETERS",
     "LLM_BACKOFF_COEFFICIENT",
     "NON_RETRYABLE_LLM_ERRORS",
+    "NON_RETRYABLE_NOTIFY_ERRORS",
+    "NOTIFY_BACKOFF_COEFFICIENT",
     "PARAMETERS_EXTERN",
     "SHORT_HEARTBEAT",
     "ActivityParameters",
@@ -40,6 +42,13 @@ __all__ = [
 NON_RETRYABLE_LLM_ERRORS = tuple(t.value for t in NON_RETRYABLE_LLM_FAILURES)
 
 LLM_BACKOFF_COEFFICIENT = 2.0
+NOTIFY_BACKOFF_COEFFICIENT = 2.0
+
+# A webhook the receiver refused, or the worker cannot sign, will not fare better later.
+NON_RETRYABLE_NOTIFY_ERRORS = (
+    FailureType.WEBHOOK_REJECTED.value,
+    FailureType.WEBHOOK_MISCONFIGURED.value,
+)
 
 # Runs recorded before workspace tools became local activities ran them as regular
 # activities, heartbeating every second; a silent one was retried elsewhere after this.
@@ -88,10 +97,30 @@ class ActivityParameters:
     tool_initial_backoff: timedelta = timedelta(seconds=1)
     tool_max_backoff: timedelta = timedelta(seconds=10)
 
+    notify_deliver_for: timedelta = timedelta(hours=6)
+    """How long a plan-end webhook is retried while its receiver is down or failing
+    (connection errors, 408, 429, 5xx): a receiver back within hours still hears of the plan,
+    and the plan's workflow still ends. A plan's ``notify.deliver_for_s`` overrides it."""
+
+    notify_attempt_timeout: timedelta = timedelta(seconds=30)
+    """One delivery attempt (the POST has a shorter timeout of its own, so a slow receiver
+    is reported as such rather than as a lost activity)."""
+
+    notify_initial_backoff: timedelta = timedelta(seconds=1)
+    notify_max_backoff: timedelta = timedelta(minutes=5)
+
     def __post_init__(self) -> None:
         problems = [
             f"{name} must be positive"
-            for name in ("llm_start_to_close", "llm_heartbeat", "tool_start_to_close")
+            for name in (
+                "llm_start_to_close",
+                "llm_heartbeat",
+                "tool_start_to_close",
+                "notify_deliver_for",
+                "notify_attempt_timeout",
+                "notify_initial_backoff",
+                "notify_max_backoff",
+            )
             if getattr(self, name) <= timedelta(0)
         ]
         problems += [
@@ -110,6 +139,18 @@ class ActivityParameters:
             maximum_interval=self.llm_max_backoff,
             maximum_attempts=self.llm_max_attempts,
             non_retryable_error_types=list(NON_RETRYABLE_LLM_ERRORS),
+        )
+
+    @property
+    def notify_retry(self) -> RetryPolicy:
+        """Unlimited attempts, bounded in time by the activity's schedule-to-close timeout
+        (``notify_deliver_for``); a refusal or a missing secret is never retried."""
+        return RetryPolicy(
+            initial_interval=self.notify_initial_backoff,
+            backoff_coefficient=NOTIFY_BACKOFF_COEFFICIENT,
+            maximum_interval=self.notify_max_backoff,
+            maximum_attempts=0,
+            non_retryable_error_types=list(NON_RETRYABLE_NOTIFY_ERRORS),
         )
 
     @property

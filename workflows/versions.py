@@ -16,3 +16,15 @@ FEWER_ROUND_TRIPS = "fewer-round-trips-1"
 # A cancelled plan reads what its cancelled subtasks had spent (a local activity) before
 # it ends, so their report rows give real call counts, usage and branch ids.
 CANCELLED_SPEND = "cancelled-spend-1"
+
+# A plan sets its own memo (goal, subtask count) in its first task, whoever started it.
+SELF_MEMO = "self-memo-1"
+
+# This run sets the Dplan* search attributes (workflows/visibility.py). Unlike the others,
+# taken only when the worker found them registered: the marker records that decision, so a
+# replay (by a worker that knows otherwise, or a Replayer) repeats it.
+SEARCH_ATTRIBUTES = "search-attributes-1"
+
+# A plan with ``notify`` delivers its report to a webhook when it ends (an activity, and
+# memo upserts saying how the delivery went).
+NOTIFY_WEBHOOK = "notify-webhook-1"

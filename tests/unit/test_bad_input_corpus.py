@@ -37,7 +37,7 @@ AGENTS_DIR = CORPUS / "agents"
 DPLAN = Path(sys.executable).with_name("dplan")
 
 ID_RULE = "(use 1-128 of A-Z a-z 0-9 _ . - and start with a letter or digit)"
-KNOWN_PLAN_FIELDS = "(known fields: id, goal, session_id, max_parallel, budget, subtasks)"
+KNOWN_PLAN_FIELDS = "(known fields: id, goal, session_id, max_parallel, budget, subtasks, notify)"
 KNOWN_AGENTS = "known agents: architect, ask, coder, debug, orchestrator)"
 KNOWN_TOOLS = (
     "known tools: list_dir, read_file, write_file, search_files, delegate_to_sub_agent, "

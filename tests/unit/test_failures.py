@@ -37,6 +37,7 @@ PERSISTED = {
     "EmptyAnswer",
     "MaxTurnsReached",
     "InvalidAgentSwitch",
+    "InvalidInput",
     "BadRequest",
     "ContextWindowExceeded",
     "ContentPolicy",
@@ -54,6 +55,9 @@ PERSISTED = {
     "ServerError",
     "Conflict",
     "LlmError",
+    "WebhookRejected",
+    "WebhookMisconfigured",
+    "WebhookUnavailable",
     "ApplicationError",
 }
 

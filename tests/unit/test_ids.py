@@ -64,6 +64,7 @@ GOLDEN: list[tuple[str, str, str]] = [
         ids.missing_result_message_id("c1"),
         "m-df6ddedc1e447ee290f63603",
     ),
+    ("webhook_message_id", ids.webhook_message_id("p1.abc"), "msg_972816c2a57a8afd2a173b37"),
     ("tool_call_id", ids.tool_call_id("m-1", 0), "call_719c099201f610b1c5d199f9"),
     (
         "repair_tool_call_id",
