@@ -61,7 +61,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from durable_plans.payload_codec import EncryptionCodec
 from durable_plans.workflows.policies import PARAMETERS_EXTERN, ActivityParameters
-from durable_plans.workflows.visibility import SEARCH_ATTRIBUTES_EXTERN
+from durable_plans.workflows.visibility import GOAL_SEARCHABLE_EXTERN, SEARCH_ATTRIBUTES_EXTERN
 
 if TYPE_CHECKING:
     from durable_plans.activities.registry import PlanActivities
@@ -136,14 +136,21 @@ class _SearchAttributesInterceptor(Interceptor):
 
     def __init__(self) -> None:
         self.registered = False
+        # Search attributes are indexed by the server, so no codec can encrypt them: where
+        # payloads are encrypted, the goal (free text from the plan) stays out of them.
+        self.goal_searchable = True
 
     def _get(self) -> bool:
         return self.registered
+
+    def _goal(self) -> bool:
+        return self.goal_searchable
 
     def workflow_interceptor_class(
         self, input: WorkflowInterceptorClassInput
     ) -> type[WorkflowInboundInterceptor] | None:
         input.unsafe_extern_functions[SEARCH_ATTRIBUTES_EXTERN] = self._get
+        input.unsafe_extern_functions[GOAL_SEARCHABLE_EXTERN] = self._goal
         return None
 
 
@@ -208,6 +215,10 @@ class DurablePlansPlugin(SimplePlugin):
         """As ``SimplePlugin``'s, plus the search-attribute answer for a worker's
         workflows (a worker only: a replayer reads the decision from the history)."""
         config = super().configure_worker(config)
+        client = config.get("client")
+        self._search_attributes.goal_searchable = (
+            client is None or client.data_converter.payload_codec is None
+        )
         interceptors = list(config.get("interceptors") or [])
         if self._search_attributes not in interceptors:
             config["interceptors"] = [*interceptors, self._search_attributes]

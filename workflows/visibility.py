@@ -37,6 +37,7 @@ from durable_plans.workflows import versions
 
 __all__ = [
     "GOAL_CHARS",
+    "GOAL_SEARCHABLE_EXTERN",
     "PROGRESS_INTERVAL",
     "SEARCH_ATTRIBUTES_EXTERN",
     "PlanVisibility",
@@ -46,6 +47,7 @@ __all__ = [
 
 # The name under which a worker tells its workflows whether the attributes are registered.
 SEARCH_ATTRIBUTES_EXTERN = "durable_plans.search_attributes_registered"
+GOAL_SEARCHABLE_EXTERN = "durable_plans.goal_searchable"
 
 # Minimum workflow time between two progress upserts: each is a history event and a
 # visibility write, and a list refreshed every few seconds needs nothing finer.
@@ -68,6 +70,13 @@ def search_attributes_registered() -> bool:
     worker did not say (a replayer, a worker assembled without the plugin)."""
     extern = workflow.extern_functions().get(SEARCH_ATTRIBUTES_EXTERN)
     return bool(extern()) if extern is not None else False
+
+
+def goal_searchable() -> bool:
+    """False where the worker encrypts payloads: a search attribute is stored and indexed
+    in plain text, so the goal would leak past the codec. True when the worker did not say."""
+    extern = workflow.extern_functions().get(GOAL_SEARCHABLE_EXTERN)
+    return bool(extern()) if extern is not None else True
 
 
 def sets_search_attributes() -> bool:
@@ -109,10 +118,10 @@ class PlanVisibility:
                 workflow.upsert_memo(memo)
         self.enabled = sets_search_attributes()
         if self.enabled:
-            self._upsert(
-                self._values(report, sa.VisibilityStatus.RUNNING)
-                | {sa.PLAN_ID.name: plan.id, sa.GOAL.name: scrub_secrets(plan.goal)[:GOAL_CHARS]}
-            )
+            first = self._values(report, sa.VisibilityStatus.RUNNING) | {sa.PLAN_ID.name: plan.id}
+            if goal_searchable():
+                first[sa.GOAL.name] = scrub_secrets(plan.goal)[:GOAL_CHARS]
+            self._upsert(first)
 
     def progress(self, report: PlanReport) -> None:
         """Counts, tokens and cost as they are now, if they changed and the last upsert is
