@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,55 @@ def test_every_llm_and_tool_variable_is_documented_in_the_readme() -> None:
         "DPLAN_TOOL_MAX_ATTEMPTS",
     ):
         assert f"| `{name}` |" in readme, name
+
+
+_REPO = Path(__file__).resolve().parents[2]
+_VARIABLE = re.compile(r"\b((?:DPLAN|TEMPORAL)_[A-Z][A-Z0-9_]*)\b")
+
+
+def _readme_table_variables() -> set[str]:
+    """Every variable named in a row of README's configuration tables."""
+    names: set[str] = set()
+    for line in (_REPO / "README.md").read_text().splitlines():
+        if line.startswith("| `"):
+            first_cell = line.split("|")[1]
+            names.update(_VARIABLE.findall(first_cell))
+    return names
+
+
+def _variables_read_by_the_package() -> set[str]:
+    """Every DPLAN_/TEMPORAL_ name the installed code spells as a string literal (what
+    settings, the connection and the CLI read), dev-server and UI variables aside."""
+    names: set[str] = set()
+    for path in (_REPO / "durable_plans").rglob("*.py"):
+        if "testing" in path.parts:
+            continue
+        for literal in re.findall(r"[\"']((?:DPLAN|TEMPORAL)_[A-Z0-9_]+)[\"']", path.read_text()):
+            names.add(literal)
+    return names
+
+
+def test_no_documented_variable_is_dead_and_none_read_is_undocumented() -> None:
+    documented = _readme_table_variables()
+    read = _variables_read_by_the_package()
+    # `TEMPORAL_*` read through temporalio.envconfig are documented but spelled there,
+    # not here; `TEMPORAL_GRPC_META_<NAME>` is a family.
+    via_envconfig = {
+        "TEMPORAL_ADDRESS",
+        "TEMPORAL_NAMESPACE",
+        "TEMPORAL_API_KEY",
+        "TEMPORAL_TLS",
+        "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+        "TEMPORAL_TLS_SERVER_NAME",
+        "TEMPORAL_TLS_CLIENT_CERT_PATH",
+        "TEMPORAL_TLS_CLIENT_KEY_PATH",
+        "TEMPORAL_GRPC_META_",
+        "TEMPORAL_PROFILE",
+        "TEMPORAL_CONFIG_FILE",
+    }
+    dead = sorted(documented - read - via_envconfig)
+    assert dead == [], f"documented in README but read nowhere: {dead}"
+    undocumented = sorted(
+        name for name in read - documented if not name.startswith(("TEMPORAL_GRPC_META",))
+    )
+    assert undocumented == [], f"read by the code but not in README's table: {undocumented}"
