@@ -10,7 +10,9 @@ real), the provider is ``FakeProviderProcess``, and the server-restart case runs
 - ``WriterScenario``: a fake-provider scenario whose agent writes a large file
   (``[write:PATH]`` in the task), for killing a worker in the middle of a tool write.
 - ``random_plan``: a seeded DAG of subtasks.
-- ``audit_calls``: which LLM calls were made again, and whether each repeat is excused.
+- ``stored_answers``: what the store held right after a kill (the dead worker's answers).
+- ``audit_calls``: which LLM calls were made again, and whether each repeat is excused
+  (its answer was lost with a killed worker, never stored).
 - ``check_plan``: every invariant of a finished plan (report, base session, branches,
   snapshots) plus replay of the histories.
 - ``DevServer``: a Temporal dev server subprocess that can be killed and restarted.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -33,41 +36,35 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
-from durable_plans.activities.sessions import merged_result_id
-from durable_plans.domain.ids import snapshot_id, stable_id
+from durable_plans.domain import ids as domain_ids
+from durable_plans.domain.ids import merged_result_id, snapshot_id
 from durable_plans.domain.models import Message, Plan, PlanReport, PlanStatus, SubtaskStatus
 from durable_plans.domain.tool_ids import strict_violations
+from durable_plans.plugin import DurablePlansPlugin
+from durable_plans.session_store import SessionNotFound
 from durable_plans.session_store.factory import open_session_store
+from durable_plans.testing import (
+    AgentScenario,
+    ChatRequest,
+    Completion,
+    FakeProviderProcess,
+    Reply,
+    ToolCallSpec,
+    strip_directives,
+)
 from durable_plans.workflows.plan import default_session_id
 from tests.integration.conftest import FAKE_KEY
 from tests.integration.plans import make_plan
 from tests.integration.replay import assert_replays
 from tests.integration.workers import REPO_ROOT, WorkerProcess
-from tests.support.fake_provider import FakeProviderProcess
-from tests.support.fake_scenario import (
-    AgentScenario,
-    ChatRequest,
-    Completion,
-    Reply,
-    ToolCallSpec,
-    strip_directives,
-)
-
-# An answer the provider delivered this shortly before a SIGKILL may still have been on
-# the wire, or between the HTTP read and the store write, when the process died: it is
-# lost with the process and legitimately asked for again (see test_crash.py). After the
-# kill, the provider may still mark an answer "delivered" until it notices the closed
-# socket, hence the same margin on the other side.
-IN_FLIGHT_WINDOW_S = 0.5
 
 T = TypeVar("T")
 
@@ -306,7 +303,7 @@ def turns_of(description: str) -> int:
 def plan_run_id(plan: Plan, first_execution_run_id: str | None) -> str:
     """What PlanWorkflow derives its message and snapshot ids from."""
     assert first_execution_run_id, "the plan's handle has no run id"
-    return f"{plan.id}.{stable_id(first_execution_run_id, length=10)}"
+    return domain_ids.plan_run_id(plan.id, first_execution_run_id)
 
 
 # --------------------------------------------------------------------------- the writer
@@ -371,34 +368,86 @@ class CallAudit:
     not_completions: list[str]
 
 
-def audit_calls(
-    entries: Sequence[Mapping[str, Any]],
-    kill_times: Iterable[float],
-    window_s: float = IN_FLIGHT_WINDOW_S,
-) -> CallAudit:
-    """No completed LLM call is made again: a body delivered twice is excused only when
-    its earlier delivery finished within ``window_s`` of a kill (the answer died with the
-    process before it reached the store)."""
-    kills = sorted(kill_times)
-    last_delivery: dict[str, float] = {}
+@dataclass(frozen=True)
+class WorkerCalls:
+    """The calls one worker made, as its own provider logged them (each worker of a round
+    talks to a provider of its own, so who asked is known exactly, not guessed from
+    clocks), and what the session store held right after that worker was SIGKILLed
+    (``stored_answers``; None when it was not killed)."""
+
+    entries: Sequence[Mapping[str, Any]]
+    stored_at_kill: Mapping[str, int] | None = None
+
+
+def own_turn(messages: Sequence[Mapping[str, Any]]) -> tuple[str, int]:
+    """The subtask (its task text) and the turn (answers it had) a request asks for."""
+    last = max(i for i, m in enumerate(messages) if m.get("role") == "user")
+    turn = sum(1 for m in messages[last + 1 :] if m.get("role") == "assistant")
+    return str(messages[last].get("content")), turn
+
+
+def plan_branches(plan: Plan, run_id: str) -> dict[str, str]:
+    """Each subtask's branch session (task text -> session id)."""
+    base_id = default_session_id(plan)
+    return {
+        s.description: domain_ids.branch_session_id(base_id, run_id, s.id) for s in plan.subtasks
+    }
+
+
+async def stored_answers(store_path: Path, branches: Mapping[str, str]) -> dict[str, int]:
+    """How many of its own answers each subtask's branch holds (task text -> count).
+
+    Read right after a SIGKILL and before the next worker starts, it is exactly what the
+    dead worker (and those before it) had stored: those answers must never be asked for
+    again."""
+    store = await open_session_store(str(store_path))
+    try:
+        counts: dict[str, int] = {}
+        for task, branch_id in branches.items():
+            try:
+                branch = await store.read(branch_id)
+            except SessionNotFound:
+                branch = []
+            users = [i for i, m in enumerate(branch) if m.role == "user" and m.content == task]
+            own = branch[users[-1] + 1 :] if users else []
+            counts[task] = sum(1 for m in own if m.role == "assistant")
+        return counts
+    finally:
+        await store.close()
+
+
+def audit_calls(workers: Sequence[WorkerCalls]) -> CallAudit:
+    """No completed LLM call is made again (``workers`` in the order they ran).
+
+    A call (request body) answered more than once: every answer but the last must have
+    been lost, that is, given to a worker that was SIGKILLed before it stored the answer
+    (its turn was not in the store read right after that kill). An answer the worker had
+    stored, or given to a worker that was not killed, asked for again is a violation,
+    however long before the kill it was delivered: on a loaded machine the time between
+    the provider's answer and the store write is not bounded, so no time window decides.
+    """
+    answered: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
+    for index, worker in enumerate(workers):
+        for e in worker.entries:
+            if e.get("kind") == "completion" and e.get("delivered"):
+                answered.setdefault(str(e["body_hash"]), []).append((index, e))
     violations: list[str] = []
-    repeats = delivered = 0
-    ordered = sorted(entries, key=lambda e: float(e.get("finished") or e.get("arrived") or 0.0))
-    for e in ordered:
-        if e.get("kind") != "completion" or not e.get("delivered"):
-            continue
-        delivered += 1
-        digest, finished = str(e["body_hash"]), float(e["finished"])
-        before = last_delivery.get(digest)
-        if before is not None:
-            repeats += 1
-            if not any(k - window_s <= before <= k + window_s for k in kills):
-                offsets = ", ".join(f"{before - k:+.2f}s" for k in kills) or "no kill"
+    for deliveries in answered.values():
+        for (index, e), (later, _) in itertools.pairwise(deliveries):
+            task, turn = own_turn(e["body"]["messages"])
+            stored = workers[index].stored_at_kill
+            what = f"turn {turn} of {task!r} (request #{e.get('seq')} of worker {index + 1})"
+            if later == index:
+                violations.append(f"{what} was asked for twice by the same worker")
+            elif stored is None:
+                violations.append(f"{what} was asked for again, the worker was not killed")
+            elif stored.get(task, 0) > turn:
                 violations.append(
-                    f"request #{e.get('seq')} repeats a call answered at {before:.3f} "
-                    f"({offsets} from the kills): a completed LLM call was made again"
+                    f"{what} was asked for again by worker {later + 1} although the killed "
+                    f"worker had stored {stored[task]} answers of {task!r}"
                 )
-        last_delivery[digest] = finished
+    entries = [e for worker in workers for e in worker.entries]
+    delivered = sum(len(d) for d in answered.values())
     rejected = [
         f"#{e.get('seq')}: {e.get('reason')}" for e in entries if e.get("kind") == "rejected"
     ]
@@ -408,7 +457,13 @@ def audit_calls(
         if e.get("kind") not in ("completion", "rejected")
     ]
     return CallAudit(
-        len(entries), delivered, repeats, len(last_delivery), violations, rejected, others
+        len(entries),
+        delivered,
+        delivered - len(answered),
+        len(answered),
+        violations,
+        rejected,
+        others,
     )
 
 
@@ -457,7 +512,7 @@ async def check_plan(
     finally:
         await store.close()
     replayed = await assert_replays(
-        client, [plan.id, *(f"{plan.id}/{s.id}" for s in plan.subtasks)]
+        client, [plan.id, *(domain_ids.subtask_workflow_id(plan.id, s.id) for s in plan.subtasks)]
     )
     assert replayed >= n + 1
 
@@ -547,7 +602,7 @@ class DevServer:
                     f"temporal dev server exited ({self._proc.returncode}):\n{self.log_tail()}"
                 )
             try:
-                client = await Client.connect(self.address, data_converter=pydantic_data_converter)
+                client = await Client.connect(self.address, plugins=[DurablePlansPlugin()])
                 if await client.service_client.check_health():
                     return client
             except (RuntimeError, RPCError) as err:

@@ -3,11 +3,13 @@ killed during a file write and during session work.
 
 After every round: the plan completes with the right report, the session holds no
 duplicated or lost message, no completed LLM call was made again (a repeat is excused only
-when the first answer was delivered within the in-flight window of a kill), the branches
-are closed and their snapshots deleted, and the histories replay.
+when the earlier answer went to a worker that was SIGKILLed before it stored it: the store
+is read right after every kill, and each worker talks to a provider of its own, so which
+worker asked is known exactly), the branches are closed and their snapshots deleted, and
+the histories replay.
 
 Recovering from a SIGKILL is mostly waiting (Temporal notices a dead worker only when a
-heartbeat or sticky-queue timeout expires: 10–17 s), so the seeded rounds run three at a
+heartbeat or sticky-queue timeout expires: 10–17 s), so the seeded rounds run five at a
 time in the background on the shared dev server; each seed's test awaits its own round
 and asserts on it. Every round prints one ``[chaos]`` line straight to the terminal
 (seed, kill moments, requests before/after the kills, repeated calls).
@@ -31,34 +33,45 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.domain.contracts import ACT_CALL_LLM, ACT_RUN_TOOL, PlanInput
-from durable_plans.domain.ids import snapshot_id
-from durable_plans.domain.models import FunctionCall, Message, PlanReport, SessionMeta, ToolCall
+from durable_plans.domain.ids import branch_session_id, snapshot_id
+from durable_plans.domain.models import (
+    FunctionCall,
+    Message,
+    Plan,
+    PlanReport,
+    SessionMeta,
+    ToolCall,
+)
 from durable_plans.session_store import SessionNotFound
 from durable_plans.session_store.factory import open_session_store
-from durable_plans.workflows.subtask import branch_session_id
+from durable_plans.testing import FakeProviderProcess
 from tests.integration.chaos_support import (
     TEMP_SUFFIX,
+    CallAudit,
     ChaosWorker,
     DevServer,
+    WorkerCalls,
     audit_calls,
     bounded,
     check_plan,
     completions,
     file_content,
+    plan_branches,
     plan_run_id,
     random_plan,
+    stored_answers,
     temp_leftovers,
     wait_for_completions,
+    wait_until,
     worker_env,
     workflow_running,
 )
 from tests.integration.plans import make_plan
-from tests.support.fake_provider import FakeProviderProcess
 
 pytestmark = pytest.mark.integration
 
 SEEDS = (11, 23, 37, 41, 59, 62, 73, 88, 97, 104)
-ROUNDS_AT_ONCE = 3
+ROUNDS_AT_ONCE = 5
 BASE_LATENCY_MS = 150  # plus 0–100 ms per subtask ([slow:N] in its description)
 RESULT_TIMEOUT_S = 150.0
 READY_TIMEOUT_S = 60.0
@@ -111,15 +124,76 @@ def new_workspace(tmp: Path) -> Path:
 
 
 async def start_provider(log_path: Path, **kwargs: Any) -> FakeProviderProcess:
-    provider = FakeProviderProcess(log_path, **kwargs)
+    provider = FakeProviderProcess(log_path, log_bodies=True, **kwargs)
     await asyncio.to_thread(provider.start)
     return provider
 
 
-async def stop_all(workers: list[ChaosWorker], provider: FakeProviderProcess | None) -> None:
+async def stop_all(
+    workers: list[ChaosWorker], providers: FakeProviderProcess | list[FakeProviderProcess] | None
+) -> None:
     await asyncio.gather(*(w.shutdown() for w in workers))
-    if provider is not None:
+    if isinstance(providers, FakeProviderProcess):
+        providers = [providers]
+    for provider in providers or []:
         await asyncio.to_thread(provider.stop)
+
+
+@dataclass
+class Crew:
+    """The workers of a round, each with a provider of its own (its request log is exactly
+    the calls that worker made), and what the store held right after each kill."""
+
+    tmp: Path
+    address: str
+    task_queue: str
+    provider_options: dict[str, Any] = field(default_factory=dict)
+    workers: list[ChaosWorker] = field(default_factory=list)
+    providers: list[FakeProviderProcess] = field(default_factory=list)
+    stored_at_kill: dict[int, dict[str, int]] = field(default_factory=dict)
+    kills: int = 0
+
+    async def spawn(self) -> ChaosWorker:
+        n = len(self.workers) + 1
+        provider = await start_provider(
+            self.tmp / f"requests-{n}.jsonl", latency_ms=BASE_LATENCY_MS, **self.provider_options
+        )
+        self.providers.append(provider)
+        env = worker_env(self.address, self.tmp, provider, self.task_queue)
+        self.workers.append(ChaosWorker(env, self.tmp / f"worker-{n}.log").start())
+        return self.workers[-1]
+
+    async def record_kill(self, plan: Plan, run_id: str) -> None:
+        """Right after the last worker was SIGKILLed, before the next one starts: what it
+        had stored (its answers must never be asked for again)."""
+        assert not self.workers[-1].alive
+        branches = plan_branches(plan, run_id)
+        stored = await stored_answers(self.tmp / "sessions.db", branches)
+        self.stored_at_kill[len(self.workers) - 1] = stored
+        self.kills += 1
+
+    def completions(self) -> int:
+        return sum(completions(p) for p in self.providers)
+
+    async def wait_for_completions(self, n: int, timeout_s: float) -> int:
+        await wait_until(
+            lambda: self.completions() >= n,
+            timeout_s=timeout_s,
+            what=f"{n} completed LLM requests (provider logs in {self.tmp})",
+            every_s=0.01,
+        )
+        return self.completions()
+
+    def audit(self) -> CallAudit:
+        return audit_calls(
+            [
+                WorkerCalls(p.log_entries(), self.stored_at_kill.get(i))
+                for i, p in enumerate(self.providers)
+            ]
+        )
+
+    async def stop(self) -> None:
+        await stop_all(self.workers, self.providers)
 
 
 # --------------------------------------------------------------------------- 1. random kills
@@ -138,55 +212,49 @@ async def chaos_round(seed: int, client: Client, address: str, tmp: Path, log: R
     log.add(f"subtasks={len(plan.subtasks)} calls={expected} max_parallel={plan.max_parallel}")
 
     new_workspace(tmp)
-    tq = f"chaos-{seed}-{uuid.uuid4().hex[:8]}"
-    kills: list[float] = []
+    crew = Crew(tmp, address, f"chaos-{seed}-{uuid.uuid4().hex[:8]}")
     at_kill: list[int] = []
-    workers: list[ChaosWorker] = []
-    provider = await start_provider(tmp / "requests.jsonl", latency_ms=BASE_LATENCY_MS)
     try:
-        env = worker_env(address, tmp, provider, tq)
-
-        def spawn() -> ChaosWorker:
-            workers.append(ChaosWorker(env, tmp / f"worker-{len(workers) + 1}.log").start())
-            return workers[-1]
-
-        await spawn().ready(READY_TIMEOUT_S)
-        handle = await start_plan(client, PlanInput(plan=plan), tq)
+        await (await crew.spawn()).ready(READY_TIMEOUT_S)
+        handle = await start_plan(client, PlanInput(plan=plan), crew.task_queue)
+        run_id = plan_run_id(plan, handle.first_execution_run_id)
         if by_delay:
             await asyncio.sleep(delay_s)
             moment = f"{delay_s:.2f}s after start"
         else:
-            await wait_for_completions(provider, after_n, timeout_s=60)
+            await crew.wait_for_completions(after_n, timeout_s=60)
             moment = f"after {after_n} completions"
-        kills.append(workers[-1].kill_now())
-        at_kill.append(completions(provider))
+        crew.workers[-1].kill_now()
+        await crew.record_kill(plan, run_id)
+        at_kill.append(crew.completions())
         log.add(f"kill1={moment!r} (requests done: {at_kill[-1]})")
         assert await workflow_running(client, plan.id), "the plan finished before the kill"
-        spawn()
+        await crew.spawn()
 
         remaining = expected - at_kill[0]
         if kill_twice and remaining >= 3:
             more = max(1, int(second_fraction * (remaining - 2)))
-            await workers[-1].ready(READY_TIMEOUT_S)
-            await wait_for_completions(provider, at_kill[0] + more, timeout_s=90)
-            kills.append(workers[-1].kill_now())
-            at_kill.append(completions(provider))
+            await crew.workers[-1].ready(READY_TIMEOUT_S)
+            await crew.wait_for_completions(at_kill[0] + more, timeout_s=90)
+            crew.workers[-1].kill_now()
+            await crew.record_kill(plan, run_id)
+            at_kill.append(crew.completions())
             log.add(f"kill2='after {more} more' (requests done: {at_kill[-1]})")
             assert await workflow_running(client, plan.id), "finished before the second kill"
-            spawn()
+            await crew.spawn()
 
         report = await bounded(handle.result(), RESULT_TIMEOUT_S, f"plan {plan.id} result")
     finally:
-        await stop_all(workers, provider)
+        await crew.stop()
 
-    audit = audit_calls(provider.log_entries(), kills)
+    audit = crew.audit()
     log.add(
         f"requests before/after kill1={at_kill[0]}/{audit.requests - at_kill[0]} "
-        f"repeats={audit.repeats} workers={len(workers)}"
+        f"repeats={audit.repeats} workers={len(crew.workers)}"
     )
     assert audit.violations == [], audit.violations
     # A kill loses at most one answer per subtask running at that moment.
-    assert audit.repeats <= plan.max_parallel * len(kills), audit.repeats
+    assert audit.repeats <= plan.max_parallel * crew.kills, audit.repeats
     assert audit.rejected == [], f"the strict provider rejected requests: {audit.rejected}"
     assert audit.not_completions == [], audit.not_completions
     # Every LLM call the plan needs was answered, and none twice but as excused above.
@@ -237,6 +305,8 @@ async def rounds(
         await asyncio.gather(*tasks.values(), return_exceptions=True)
 
 
+# One xdist worker runs every round (the module fixture starts them all together).
+@pytest.mark.xdist_group("chaos-rounds")
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_random_worker_kills(seed: int, rounds: Rounds, say: list[RoundLog]) -> None:
     say.append(rounds.logs[seed])
@@ -308,7 +378,7 @@ async def test_dev_server_restart_mid_plan(tmp_path: Path, say: list[RoundLog]) 
         report: PlanReport = result.result()
         log.add(f"worker reconnected by itself={len(workers) == 1}")
         await stop_all(workers, provider)
-        audit = audit_calls(provider.log_entries(), [])
+        audit = audit_calls([WorkerCalls(provider.log_entries())])
         log.add(f"requests before/after={before}/{audit.requests - before} repeats={audit.repeats}")
         # No process that called the model died, so no answer may have been asked twice.
         assert audit.violations == [], audit.violations
@@ -412,27 +482,19 @@ async def test_kill_during_tool_write_and_session_work(
         await store.close()
 
     address = temporal_env.client.service_client.config.target_host
-    tq = f"write-{uuid.uuid4().hex[:8]}"
-    provider = await start_provider(
-        tmp_path / "requests.jsonl",
-        latency_ms=BASE_LATENCY_MS,
-        scenario="tests.integration.chaos_support:WriterScenario",
-        startup_timeout_s=60,
+    crew = Crew(
+        tmp_path,
+        address,
+        f"write-{uuid.uuid4().hex[:8]}",
+        {"scenario": "tests.integration.chaos_support:WriterScenario", "startup_timeout_s": 60},
     )
-    workers: list[ChaosWorker] = []
-    kills: list[float] = []
+    workers = crew.workers
     try:
-        env = worker_env(address, tmp_path, provider, tq)
-
-        def spawn() -> ChaosWorker:
-            workers.append(ChaosWorker(env, tmp_path / f"worker-{len(workers) + 1}.log").start())
-            return workers[-1]
-
-        await spawn().ready(READY_TIMEOUT_S)
-        handle = await start_plan(client, PlanInput(plan=plan), tq)
+        await (await crew.spawn()).ready(READY_TIMEOUT_S)
+        handle = await start_plan(client, PlanInput(plan=plan), crew.task_queue)
         run_id = plan_run_id(plan, handle.first_execution_run_id)
-        at, index, stage = await kill_during_write(workers[-1], workspace)
-        kills.append(at)
+        _, index, stage = await kill_during_write(workers[-1], workspace)
+        await crew.record_kill(plan, run_id)
         log.add(f"kill1 in {ACT_RUN_TOOL} of w{index + 1}: {stage} {temp_leftovers(workspace)};")
 
         # The next subtask's isolation: its first LLM call builds its branch (a snapshot
@@ -442,26 +504,28 @@ async def test_kill_during_tool_write_and_session_work(
         victim = WRITE_PLAN[index + 1][0]
         branch = branch_session_id(base_id, run_id, victim)
         snap = snapshot_id(base_id, run_id, victim)
-        await spawn().ready(READY_TIMEOUT_S)
+        await (await crew.spawn()).ready(READY_TIMEOUT_S)
         await workers[-1].wait_for_activity(ACT_CALL_LLM, timeout_s=90, nth=2)
-        kills.append(await kill_once_snapshot_taken(workers[-1], store_path, snap))
+        await kill_once_snapshot_taken(workers[-1], store_path, snap)
+        await crew.record_kill(plan, run_id)
         state = await branch_state(store_path, branch, snap)
         log.add(f"kill2 in the first {ACT_CALL_LLM} of {victim} (branch build): {state};")
 
         # Closing that branch: the call that answers closes it right after storing the
         # answer; kill as soon as the answer is in the store.
-        await spawn().ready(READY_TIMEOUT_S)
-        kills.append(await kill_after_final_answer(workers[-1], store_path, branch))
+        await (await crew.spawn()).ready(READY_TIMEOUT_S)
+        await kill_after_final_answer(workers[-1], store_path, branch)
+        await crew.record_kill(plan, run_id)
         state = await branch_state(store_path, branch, snap)
         log.add(f"kill3 after {victim}'s answer (branch close): {state};")
         assert await workflow_running(client, plan.id), "the plan finished before the last kill"
 
-        spawn()
+        await crew.spawn()
         report = await bounded(handle.result(), RESULT_TIMEOUT_S, f"plan {plan.id} result")
     finally:
-        await stop_all(workers, provider)
+        await crew.stop()
 
-    audit = audit_calls(provider.log_entries(), kills)
+    audit = crew.audit()
     leftovers = temp_leftovers(workspace)
     sizes = [(workspace / p).stat().st_size for p in leftovers]
     log.add(f"requests={audit.requests} repeats={audit.repeats} leftovers={leftovers} {sizes}")
