@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from typing import Any, Final, TypeVar
 
 from pydantic import ValidationError
@@ -151,6 +152,10 @@ class _Chat:
         self.input = lines
 
     async def run(self) -> int:
+        with _ctrl_c_cancels_this_task():
+            return await self._repl()
+
+    async def _repl(self) -> int:
         while True:
             self.screen.prompt("you> ")
             try:
@@ -357,8 +362,47 @@ class _Chat:
         )
 
 
+@contextlib.contextmanager
+def _ctrl_c_cancels_this_task() -> Iterator[None]:
+    """Ctrl-C cancels the running task (the REPL) through the event loop.
+
+    asyncio.run's own SIGINT handler is a plain Python handler: it runs only when the main
+    thread executes bytecode. A SIGINT landing just before the loop blocks in select() (the
+    moment the prompt has been shown, a window a loaded machine widens) was then noticed
+    only when something else woke the loop: at an idle prompt, never. The loop's signal
+    handler sets the wakeup fd, so the signal itself wakes the loop. The first Ctrl-C
+    cancels; the default handler is then back, so a second one raises KeyboardInterrupt as
+    under asyncio.run. An inherited ignored SIGINT stays ignored.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    previous = signal.getsignal(signal.SIGINT)
+    interrupted = False
+
+    def on_sigint() -> None:
+        nonlocal interrupted
+        interrupted = True
+        loop.remove_signal_handler(signal.SIGINT)  # back to default_int_handler
+        if task is not None:
+            task.cancel()
+
+    installed = False
+    if task is not None and previous not in (signal.SIG_IGN, None):
+        try:
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+            installed = True
+        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        if installed and not interrupted:
+            loop.remove_signal_handler(signal.SIGINT)
+            signal.signal(signal.SIGINT, previous)
+
+
 def _uncancel() -> None:
-    """Consume the cancellation asyncio.run's SIGINT handler sent, so the command can
+    """Consume the cancellation a SIGINT handler sent, so the command can
     finish (stop the worker, print its last line) and exit normally."""
     task = asyncio.current_task()
     if task is not None:

@@ -15,6 +15,7 @@ import os
 import pty
 import re
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -31,9 +32,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.domain.models import PlanReport, PlanStatus
 from durable_plans.domain.session_contracts import SessionState, session_workflow_id
+from durable_plans.testing import FakeProviderProcess
 from tests.integration.conftest import FAKE_KEY
 from tests.integration.workers import REPO_ROOT, WorkerProcess
-from tests.support.fake_provider import FakeProviderProcess
 
 pytestmark = pytest.mark.integration
 
@@ -244,6 +245,10 @@ def _spawn_on_pty(args: list[str], env: dict[str, str]) -> tuple[int, subprocess
 
     def own_terminal() -> None:  # runs in the child, after setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        # As an interactive shell starts a foreground job: SIGINT not ignored, even when
+        # this suite runs in the background of a shell without job control (which starts
+        # it with SIGINT ignored, and an ignored signal stays ignored across exec).
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "durable_plans.starter", *args],
