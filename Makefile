@@ -27,7 +27,8 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # The suite runs on PYTEST_WORKERS xdist workers (each with its own Temporal dev server;
-# `loadgroup` keeps the chaos rounds, which run side by side in one process, together).
+# `loadfile` keeps each test file on one worker: the chaos rounds of test_chaos.py run side
+# by side in one process, started together by a module fixture).
 # Most of an integration test is waiting on Temporal, so more workers than cores pay off.
 # mypy runs beside pytest: its output is printed after pytest's, and either failing fails.
 PYTEST_WORKERS ?= 4
@@ -35,7 +36,7 @@ PYTEST_WORKERS ?= 4
 test: lint chromium
 	@mypy_log=$$(mktemp); \
 	$(BIN)/mypy > $$mypy_log 2>&1 & mypy_pid=$$!; \
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup; pytest_rc=$$?; \
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile; pytest_rc=$$?; \
 	wait $$mypy_pid; mypy_rc=$$?; \
 	echo "$(BIN)/mypy"; cat $$mypy_log; rm -f $$mypy_log; \
 	test $$pytest_rc -eq 0 && test $$mypy_rc -eq 0

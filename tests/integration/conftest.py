@@ -11,9 +11,10 @@ import asyncio
 import shutil
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from temporalio.client import Client
@@ -27,6 +28,9 @@ from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
 from durable_plans.testing import FakeProvider
 from durable_plans.worker import build_worker
+
+if TYPE_CHECKING:  # chaos_crew imports this module (FAKE_KEY): no import at run time
+    from tests.integration.chaos_crew import RoundLog
 
 FAKE_KEY = "sk-test-fake-0000000000000000000000000000"
 
@@ -145,3 +149,13 @@ async def harness(client: Client, provider: FakeProvider, tmp_path: Path) -> Asy
         await worker.shutdown()
         await asyncio.gather(task, return_exceptions=True)
         await store.close()
+
+
+@pytest.fixture
+def say(capsys: pytest.CaptureFixture[str]) -> Iterator[list[RoundLog]]:
+    """Chaos round logs, printed past pytest's output capture when the test ends."""
+    logs: list[RoundLog] = []
+    yield logs
+    with capsys.disabled():
+        for log in logs:
+            print(f"\n[chaos] {log.line()}", end="", flush=True)
