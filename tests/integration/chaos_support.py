@@ -28,7 +28,6 @@ import hashlib
 import itertools
 import json
 import logging
-import os
 import random
 import signal
 import socket
@@ -63,8 +62,9 @@ from durable_plans.testing import (
 from durable_plans.workflows.plan import default_session_id
 from tests.integration.conftest import FAKE_KEY
 from tests.integration.plans import make_plan
+from tests.integration.prewarmed import PrewarmedProcess
 from tests.integration.replay import assert_replays
-from tests.integration.workers import REPO_ROOT, WorkerProcess
+from tests.integration.workers import WorkerProcess
 
 T = TypeVar("T")
 
@@ -162,12 +162,8 @@ class ChaosWorker(WorkerProcess):
 
     def start(self) -> ChaosWorker:
         self._log = self.log_path.open("ab")
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.chaos_support", "worker"],
-            cwd=REPO_ROOT,
-            env=self.env,
-            stdout=self._log,
-            stderr=self._log,
+        self._proc = PrewarmedProcess(
+            "tests.integration.chaos_support:worker_main", [], self.env, self.log_path
         )
         self.watcher = LogWatcher(self.log_path)
         self._consumed: dict[str, int] = {}
@@ -241,7 +237,7 @@ def worker_env(
     }
 
 
-def _worker_main() -> None:
+def worker_main() -> None:
     """The worker entry point with two test-only settings, neither changing behaviour:
 
     - the SDK's activity logger at DEBUG, so ``Running activity <type>`` is in the log;
@@ -638,10 +634,3 @@ class DevServer:
         with contextlib.suppress(OSError):
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-15:])
         return "(no log)"
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["worker"]:
-        sys.exit("usage: python -m tests.integration.chaos_support worker")
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    _worker_main()

@@ -1,15 +1,17 @@
-"""Worker processes for crash tests: real `python -m durable_plans.worker` processes, killed
-for real."""
+"""Worker processes for crash tests: `dplan-worker`'s entry point in real processes of their
+own (forked from a process that has already imported the worker: prewarmed.py), killed for
+real."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import IO
+
+from tests.integration.prewarmed import PrewarmedProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,17 +22,15 @@ class WorkerProcess:
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
         self.env = {**os.environ, **env}
         self.log_path = log_path
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: PrewarmedProcess | subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
     def start(self) -> WorkerProcess:
         self._log = self.log_path.open("ab")
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "durable_plans.worker", "--log-level", "INFO"],
-            cwd=REPO_ROOT,
-            env=self.env,
-            stdout=self._log,
-            stderr=self._log,
+        # `dplan-worker`'s own entry point, in a process forked from one that has already
+        # imported it and litellm (tests/integration/prewarmed.py).
+        self._proc = PrewarmedProcess(
+            "durable_plans.worker:main", [["--log-level", "INFO"]], self.env, self.log_path
         )
         return self
 
