@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -62,3 +62,25 @@ async def open_store(store_target: str) -> AsyncIterator[OpenStore]:
 @pytest.fixture
 async def store(open_store: OpenStore) -> SessionStore:
     return await open_store()
+
+
+def _utf8_safe(text: str) -> str:
+    """``text`` with lone surrogates escaped: the fuzz tests feed them to the loaders on
+    purpose, and one in a captured log or a failure text would crash pytest-xdist's
+    transport (execnet sends UTF-8 only) and with it the whole run."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    report.sections = [(title, _utf8_safe(body)) for title, body in report.sections]
+    if report.longrepr is not None:
+        text = str(report.longrepr)
+        if _utf8_safe(text) != text:
+            report.longrepr = _utf8_safe(text)
