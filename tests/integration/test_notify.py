@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+import structlog
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
 
+from durable_plans.activities.log import configure_logging
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.ids import plan_run_id, webhook_message_id
 from durable_plans.domain.models import (
@@ -125,7 +128,21 @@ async def assert_no_secret(
         assert base64.b64decode(key_b64).hex() not in text
 
 
+@pytest.fixture
+def worker_logging() -> Iterator[None]:
+    """The worker's log pipeline as a worker process sets it up, whatever an earlier test
+    in this process did to logging (the secret check needs the delivery's log lines); taken
+    down afterwards, before pytest closes the stream it writes to."""
+    configure_logging(json=True, level="DEBUG")
+    yield
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if h.get_name() == "dplan-structlog"]:
+        root.removeHandler(handler)
+    structlog.reset_defaults()
+
+
 async def test_completed_plan_is_delivered_after_failed_attempts(
+    worker_logging: None,
     harness: Harness,
     secret_env: tuple[str, str],
     capfd: pytest.CaptureFixture[str],
