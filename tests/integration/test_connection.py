@@ -203,7 +203,12 @@ async def test_a_server_requiring_mtls_refuses_a_client_without_a_certificate(
         with pytest.raises(TemporalUnreachable) as refused:
             await connect(Settings.from_env(_tls_env(proxy, pki, client_cert=False)))
     assert proxy.address in str(refused.value)
-    assert "client certificate" in str(refused.value)
+    # What is guaranteed is the server side: no handshake completed (the proxy only records a
+    # connection once the client's certificate verified) and no request got through. Which
+    # text the client's transport reports is not: the server's alert ("client certificate"),
+    # a torn-down handshake ("operation was canceled") or a reset connection, by load.
+    assert not proxy.connections, "a TLS handshake completed without a client certificate"
+    assert not proxy.headers_seen(), "a request got through without a client certificate"
 
 
 async def test_a_server_certificate_from_an_unknown_ca_is_refused(
