@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit bench bench-short clean chromium
+.PHONY: install demo example-fix test lint typecheck unit bench bench-short clean chromium
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,14 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/dplan run examples/weather_app.json --embedded
+
+# The debug agent runs a failing test with run_command, reads the failure, fixes the file
+# and runs the test again (scripted model, offline), on a fresh copy of the workspace.
+EXAMPLE_WS := .example-fix-workspace
+example-fix: $(STAMP)
+	rm -rf $(EXAMPLE_WS) && cp -r examples/fix-failing-test/workspace $(EXAMPLE_WS)
+	DPLAN_WORKSPACE=$(EXAMPLE_WS) DPLAN_AGENTS=examples/fix-failing-test/agents.toml \
+		DPLAN_MODEL=scripted/demo $(BIN)/dplan run examples/fix-failing-test/plan.json --embedded
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -56,7 +64,15 @@ chromium:
 		echo "chromium is missing (apt-get install chromium): the Temporal Web test will skip"; \
 	fi
 
-bench: $(STAMP)
+# The full run also installs the `bench` extra (the peer of bench.cpu, py-spy);
+# bench-short uses what `make install` installed and skips the peer, saying why.
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,bench]'
+	@touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench
 
 bench-short: $(STAMP)

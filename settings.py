@@ -72,6 +72,15 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
+def _port(env: Mapping[str, str], name: str) -> int | None:
+    if _opt(env, name) is None:
+        return None
+    value = _int(env, name, 0)
+    if value > 65535:
+        raise SettingsError(f"{name} must be a TCP port (1-65535), got {env[name]!r}")
+    return value
+
+
 def _heartbeat(env: Mapping[str, str], default: float) -> float:
     value = _float(env, "DPLAN_LLM_HEARTBEAT_S", default)
     if value < MIN_LLM_HEARTBEAT_S:
@@ -117,6 +126,9 @@ def _payload_keys(env: Mapping[str, str]) -> PayloadKeyring | None:
         raise SettingsError(str(err)) from None
 
 
+_YES = frozenset({"1", "true", "yes", "on"})
+
+
 @dataclass(frozen=True)
 class Settings:
     temporal_address: str = DEFAULT_ADDRESS
@@ -138,6 +150,8 @@ class Settings:
     ``LLM_ACTIVITY_MARGIN_S`` as its start-to-close timeout."""
     llm_heartbeat_s: float = DEFAULT_PARAMETERS.llm_heartbeat.total_seconds()
     llm_max_attempts: int = DEFAULT_PARAMETERS.llm_max_attempts
+    llm_lean: bool = False
+    """OpenAI-compatible calls skip litellm's per-call machinery (activities/llm_client.py)."""
     tool_timeout_s: float = DEFAULT_PARAMETERS.tool_start_to_close.total_seconds()
     tool_max_attempts: int = DEFAULT_PARAMETERS.tool_max_attempts
     default_budget: Budget | None = None
@@ -150,6 +164,12 @@ class Settings:
     notify_max_backoff_s: float = DEFAULT_PARAMETERS.notify_max_backoff.total_seconds()
     """First and longest wait between webhook attempts (``DPLAN_NOTIFY_INITIAL_BACKOFF_S``,
     ``DPLAN_NOTIFY_MAX_BACKOFF_S``); a receiver's ``Retry-After`` replaces them."""
+    metrics_port: int | None = None
+    """Where the worker serves Prometheus metrics (``DPLAN_METRICS_PORT``): the Temporal
+    SDK's runtime metrics and ours (``activities/observe.py``); None: no metrics server."""
+    otlp_endpoint: str | None = None
+    """``OTEL_EXPORTER_OTLP_ENDPOINT``: when set, the worker traces plans with OpenTelemetry
+    and exports the spans there over OTLP/HTTP (``durable_plans/telemetry.py``)."""
     payload_keys: PayloadKeyring | None = None
     """Payload encryption keys (``DPLAN_PAYLOAD_KEY``, ``_KEY_FILE``, ``_KEYS``; see
     ``payload_codec.py``); None: payloads are stored as plain JSON. The plugin turns them
@@ -203,6 +223,8 @@ class Settings:
             llm_timeout_s=_float(e, "DPLAN_LLM_TIMEOUT_S", defaults.llm_timeout_s),
             llm_heartbeat_s=_heartbeat(e, defaults.llm_heartbeat_s),
             llm_max_attempts=_int(e, "DPLAN_LLM_MAX_ATTEMPTS", defaults.llm_max_attempts),
+            llm_lean=(_opt(e, "DPLAN_LLM_LEAN") or "0").strip().lower()
+            in {"1", "true", "yes", "on"},
             tool_timeout_s=_float(e, "DPLAN_TOOL_TIMEOUT_S", defaults.tool_timeout_s),
             tool_max_attempts=_int(e, "DPLAN_TOOL_MAX_ATTEMPTS", defaults.tool_max_attempts),
             agents_file=_path(e, "DPLAN_AGENTS"),
@@ -216,5 +238,7 @@ class Settings:
             notify_max_backoff_s=_float(
                 e, "DPLAN_NOTIFY_MAX_BACKOFF_S", defaults.notify_max_backoff_s
             ),
+            metrics_port=_port(e, "DPLAN_METRICS_PORT"),
+            otlp_endpoint=_opt(e, "OTEL_EXPORTER_OTLP_ENDPOINT"),
             payload_keys=_payload_keys(e),
         )

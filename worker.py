@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -25,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from durable_plans import telemetry
 from durable_plans.activities.log import configure_logging, get_logger
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.plugin import DurablePlansPlugin, client_carrying
@@ -127,11 +129,18 @@ async def run_worker(
     the worker itself fail (it is never swallowed: a dead worker must not look alive).
     """
     log = get_logger(component="worker")
+    # Before connecting: the metrics runtime must be the one the client is built on.
+    observed = telemetry.install(settings)
     client = await connect(settings)
     store = await open_session_store(settings.session_store)
     stop = stop or asyncio.Event()
     try:
         worker = build_worker(client, settings, store, grace_period=grace_period)
+        # Everything imported so far (litellm alone is millions of objects) lives as long
+        # as the process: out of the collector's sight, each full collection stops
+        # walking it again.
+        gc.collect()
+        gc.freeze()
         with _stop_on_signals(stop):
             log.info(
                 "worker.started",
@@ -153,6 +162,8 @@ async def run_worker(
                 tool_max_attempts=settings.tool_max_attempts,
                 # Key ids only, never keys: which key encrypts, which ones decode.
                 payload_keys=list(settings.payload_keys.ids) if settings.payload_keys else None,
+                metrics_port=settings.metrics_port,
+                otlp_endpoint=safe_url(settings.otlp_endpoint),
             )
             running = asyncio.create_task(worker.run(), name="dplan-worker")
             stopping = asyncio.create_task(stop.wait(), name="dplan-worker-stop")
@@ -164,6 +175,7 @@ async def run_worker(
             await running  # re-raises a worker failure
         log.info("worker.stopped")
     finally:
+        observed.flush()
         await store.close()
 
 

@@ -2,11 +2,14 @@
 
 The ledger lives in the session store, keyed by the root session, so a plan's subtasks,
 their sub-agents and delegations all draw on one budget whichever worker runs them. A
-charge is keyed by the message it paid for: a retried activity charges nothing twice.
+charge is keyed by the answer it paid for, one per attempt that received one
+(``activities/spend.py``): a retried activity charges nothing twice, and an answer the
+provider returned twice (the first lost with a crashed worker) is charged twice.
 """
 
 from __future__ import annotations
 
+from durable_plans.activities import observe
 from durable_plans.activities.llm_errors import LlmErrorClass, to_application_error
 from durable_plans.domain.failures import FailureType
 from durable_plans.domain.models import Budget, Usage
@@ -20,6 +23,7 @@ async def ensure_within_budget(store: SessionStore, root: str, budget: Budget | 
     used = await store.total_usage(root)
     reason = budget.exceeded_by(used)
     if reason is not None:
+        observe.budget_refused()
         raise to_application_error(
             LlmErrorClass(
                 type=FailureType.BUDGET_EXCEEDED.value,

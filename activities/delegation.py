@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from durable_plans.activities.budget import charge, ensure_within_budget
+from durable_plans.activities import observe
+from durable_plans.activities.budget import ensure_within_budget
 from durable_plans.activities.heartbeat import heartbeating
 from durable_plans.activities.llm import import_litellm, message_from_response, usage_of
 from durable_plans.activities.llm_errors import classify_llm_error, to_application_error
 from durable_plans.activities.orchestration_tools import ORCHESTRATION_REGISTRY, DelegateArgs
+from durable_plans.activities.spend import paid_for, record_paid
+from durable_plans.activities.tool_calls import SUMMARY_CHARS
 from durable_plans.activities.tool_registry import ToolResult
-from durable_plans.activities.tools import SUMMARY_CHARS
 from durable_plans.domain.agents import DELEGATE_TOOL
 from durable_plans.domain.contracts import (
     ACT_DELEGATE,
@@ -29,6 +31,9 @@ from durable_plans.domain.models import Message, Usage
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
+
+# The agent name delegated requests are counted under (metrics, spans).
+DELEGATE_AGENT = "delegate"
 
 SUBAGENT_SYSTEM_PROMPT = (
     "You are a fast helper working for another agent. You see only the task below (and "
@@ -54,8 +59,9 @@ class DelegationActivities:
 
     @activity.defn(name=ACT_DELEGATE)
     async def delegate(self, inp: DelegateInput) -> DelegateOutput:
-        async with heartbeating():
-            return await self._delegate(inp)
+        with observe.tool_span():
+            async with heartbeating():
+                return await self._delegate(inp)
 
     async def _delegate(self, inp: DelegateInput) -> DelegateOutput:
         history = await self._store.read(inp.session_id)
@@ -64,8 +70,7 @@ class DelegationActivities:
         assistant: Message | None = None
         for m in history:
             if m.id == own_id:  # done before a crash: report it again, charge nothing new
-                usage = m.usage or Usage()
-                await charge(self._store, inp.root_session_id, charge_id, usage)
+                usage = await paid_for(self._store, charge_id, m.usage or Usage())
                 content = m.content or ""
                 summary = ToolCallOutput(
                     tool_call_id=m.tool_call_id or "",
@@ -81,7 +86,7 @@ class DelegationActivities:
         call = assistant.tool_calls[inp.call_index]
 
         parsed = ORCHESTRATION_REGISTRY.parse(DELEGATE_TOOL, call.function.arguments)
-        usage = Usage()
+        usage = paid = Usage()
         if isinstance(parsed, ToolResult):
             result = parsed
         else:
@@ -100,20 +105,29 @@ class DelegationActivities:
                     kwargs["api_base"] = self._settings.api_base
                 if self._settings.api_key:
                     kwargs["api_key"] = self._settings.api_key
-            try:
-                response = await litellm.acompletion(**kwargs)
-            except Exception as exc:
-                classified = classify_llm_error(exc)
-                if classified.retryable:
-                    raise to_application_error(classified) from None
-                # A request the helper model refuses is a failed tool, not a failed
-                # subtask: the agent reads the error and can do the work itself.
-                result = ToolResult.error(
-                    f"delegation failed: {classified.type}: {classified.message}"
-                )
-            else:
-                answer, _ = message_from_response(response, msg_id=own_id)
-                usage = usage_of(litellm, response)
+            with observe.llm_request(model, DELEGATE_AGENT, call_id=charge_id) as request:
+                try:
+                    response = await litellm.acompletion(**kwargs)
+                except Exception as exc:
+                    classified = classify_llm_error(exc)
+                    if classified.retryable:
+                        raise to_application_error(classified) from None
+                    # A request the helper model refuses is a failed tool, not a failed
+                    # subtask: the agent reads the error and can do the work itself.
+                    request.refused(classified.type)
+                    result = ToolResult.error(
+                        f"delegation failed: {classified.type}: {classified.message}"
+                    )
+                    response = None
+                if response is not None:
+                    usage = usage_of(litellm, response)
+                    request.answered(usage)
+                    # Paid for now (``activities/spend.py``); the total of every attempt
+                    # is what the delegation reports.
+                    paid = await record_paid(self._store, inp.root_session_id, charge_id, usage)
+                    answer, finish_reason = message_from_response(response, msg_id=own_id)
+                    request.finished(finish_reason)
+            if response is not None:
                 text = (answer.content or "").strip()
                 result = (
                     ToolResult(True, text)
@@ -134,8 +148,8 @@ class DelegationActivities:
                 )
             ],
         )
-        await charge(self._store, inp.root_session_id, charge_id, usage)
+        observe.tool_call(DELEGATE_TOOL, result.ok)
         out = ToolCallOutput(
             tool_call_id=call.id, name=DELEGATE_TOOL, ok=result.ok, summary=content[:SUMMARY_CHARS]
         )
-        return DelegateOutput(tool=out, usage=usage)
+        return DelegateOutput(tool=out, usage=paid)

@@ -27,9 +27,11 @@ async def heartbeating(every_s: float = HEARTBEAT_EVERY_S) -> AsyncIterator[None
         return
 
     async def beat() -> None:
+        # The first beat waits one interval: the activity has just started, so a beat
+        # now says nothing, and a call that ends within the interval costs none.
         while True:
-            activity.heartbeat()
             await asyncio.sleep(every_s)
+            activity.heartbeat()
 
     task = asyncio.create_task(beat())
     try:

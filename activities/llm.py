@@ -17,8 +17,10 @@ from typing import Any
 
 from temporalio import activity
 
-from durable_plans.activities.budget import charge, ensure_within_budget
+from durable_plans.activities import observe
+from durable_plans.activities.budget import ensure_within_budget
 from durable_plans.activities.heartbeat import heartbeating
+from durable_plans.activities.llm_client import LlmClient
 from durable_plans.activities.llm_errors import (
     LlmErrorClass,
     classify_llm_error,
@@ -26,13 +28,15 @@ from durable_plans.activities.llm_errors import (
 )
 from durable_plans.activities.orchestration_tools import tool_specs
 from durable_plans.activities.sessions import begin_branch, close_branch
-from durable_plans.activities.tool_registry import openai_tool_schemas
+from durable_plans.activities.spend import paid_for, record_paid
+from durable_plans.activities.tool_registry import ToolSpec, openai_tool_schemas
 from durable_plans.domain.contracts import ACT_CALL_LLM, LlmCallInput, LlmCallOutput, ToolCallRef
 from durable_plans.domain.failures import FailureType
 from durable_plans.domain.ids import assistant_message_id
 from durable_plans.domain.models import FunctionCall, Message, ToolCall, Usage
 from durable_plans.domain.secrets import scrub_secrets, scrub_value
 from durable_plans.domain.tool_ids import assign_tool_call_ids, repair_tool_pairing
+from durable_plans.domain.tools_config import ToolSchema
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
 
@@ -133,8 +137,14 @@ def usage_of(litellm: Any, response: Any) -> Usage:
     raw = getattr(response, "usage", None)
     prompt = int(getattr(raw, "prompt_tokens", 0) or 0)
     completion = int(getattr(raw, "completion_tokens", 0) or 0)
+    # The client (ours, or litellm's own logging) has usually priced the answer already:
+    # pricing it again costs milliseconds of CPU per call.
+    known = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
     try:
-        cost = float(litellm.completion_cost(completion_response=response) or 0.0)
+        if known is not None:
+            cost = float(known)
+        else:
+            cost = float(litellm.completion_cost(completion_response=response) or 0.0)
     except Exception:
         cost = 0.0  # an unpriced model is not an error; tokens are still counted
     return Usage(prompt_tokens=prompt, completion_tokens=completion, cost_usd=max(cost, 0.0))
@@ -144,9 +154,24 @@ class LlmActivities:
     def __init__(self, store: SessionStore, settings: Settings) -> None:
         self._store = store
         self._settings = settings
+        self._client: LlmClient | None = None  # one per worker, made on first call
+
+    def client(self, litellm: Any) -> LlmClient:
+        """The worker's shared LLM client (routes, prices and HTTP pool kept across calls)."""
+        if self._client is None:
+            self._client = LlmClient(litellm, lean=self._settings.llm_lean)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
 
     def request_kwargs(
-        self, model: str, messages: list[Message], tools: tuple[str, ...]
+        self,
+        model: str,
+        messages: list[Message],
+        tools: tuple[str, ...],
+        extra_tools: tuple[ToolSchema, ...] = (),
     ) -> dict[str, Any]:
         s = self._settings
         kwargs: dict[str, Any] = {
@@ -155,7 +180,10 @@ class LlmActivities:
             "num_retries": 0,
             "timeout": s.llm_timeout_s,
         }
-        specs = tool_specs(tools)
+        specs = tool_specs(tools) + [
+            ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
+            for t in extra_tools
+        ]
         if specs:
             kwargs["tools"] = openai_tool_schemas(specs)
         if not model.startswith("scripted/"):
@@ -174,39 +202,44 @@ class LlmActivities:
         model = inp.model or self._settings.model
         for existing in history:
             if existing.id == msg_id:
-                # Answered before a crash: charge (idempotently) and return, never re-ask.
-                await charge(self._store, inp.root_session_id, msg_id, existing.usage or Usage())
-                return await self._closed_if_final(
-                    inp, output_of(existing, model=model, replayed=True)
-                )
+                # Answered before a crash: report what it cost (every answer paid for this
+                # call, ``activities/spend.py``) and return, never re-ask.
+                paid = await paid_for(self._store, msg_id, existing.usage or Usage())
+                out = output_of(existing, model=model, replayed=True)
+                return await self._closed_if_final(inp, out.model_copy(update={"usage": paid}))
 
         await ensure_within_budget(self._store, inp.root_session_id, inp.budget)
         litellm = import_litellm()
         messages = repair_tool_pairing(history)
         if inp.system_prompt:
             messages = [Message(id="system", role="system", content=inp.system_prompt), *messages]
-        kwargs = self.request_kwargs(model, messages, inp.tools)
-        try:
-            async with heartbeating():
-                response = await litellm.acompletion(**kwargs)
-        except Exception as exc:
-            raise to_application_error(classify_llm_error(exc)) from None
+        kwargs = self.request_kwargs(model, messages, inp.tools, inp.extra_tools)
+        with observe.llm_request(model, inp.agent, call_id=msg_id) as request:
+            try:
+                async with heartbeating():
+                    response = await self.client(litellm).acompletion(**kwargs)
+            except Exception as exc:
+                raise to_application_error(classify_llm_error(exc)) from None
+            usage = usage_of(litellm, response)
+            request.answered(usage)
+            # Paid for now, whatever happens next: recorded before anything else is done.
+            paid = await record_paid(self._store, inp.root_session_id, msg_id, usage)
+            message, finish_reason = message_from_response(response, msg_id=msg_id)
+            request.finished(finish_reason)
 
-        message, finish_reason = message_from_response(response, msg_id=msg_id)
         message, _ = assign_tool_call_ids(message, salt=msg_id)
-        usage = usage_of(litellm, response)
         message = message.model_copy(update={"usage": usage})
         if await self._store.append(inp.session_id, [message]) == 0:
             # Another attempt of this same call (one the server had given up on, but
             # which still finished) stored its answer first. The stored answer is the
             # one the tools and the next turn read, so it is the one to report.
             stored = next(m for m in await self._store.read(inp.session_id) if m.id == msg_id)
-            await charge(self._store, inp.root_session_id, msg_id, stored.usage or Usage())
-            return await self._closed_if_final(inp, output_of(stored, model=model, replayed=True))
-        await charge(self._store, inp.root_session_id, msg_id, usage)
+            out = output_of(stored, model=model, replayed=True)
+            paid = await paid_for(self._store, msg_id, paid)
+            return await self._closed_if_final(inp, out.model_copy(update={"usage": paid}))
         out = output_of(message, model=model, replayed=False)
         return await self._closed_if_final(
-            inp, out.model_copy(update={"finish_reason": finish_reason})
+            inp, out.model_copy(update={"finish_reason": finish_reason, "usage": paid})
         )
 
     async def _closed_if_final(self, inp: LlmCallInput, out: LlmCallOutput) -> LlmCallOutput:

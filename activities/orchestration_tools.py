@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from durable_plans.activities.commands import COMMAND_TOOLS
 from durable_plans.activities.tool_registry import (
     WORKSPACE_TOOLS,
     ToolArgs,
@@ -106,7 +107,7 @@ ORCHESTRATION_REGISTRY.register(
 )
 
 ORCHESTRATION_TOOLS: dict[str, ToolSpec] = {s.name: s for s in ORCHESTRATION_REGISTRY.specs()}
-ALL_TOOL_SPECS: dict[str, ToolSpec] = {**WORKSPACE_TOOLS, **ORCHESTRATION_TOOLS}
+ALL_TOOL_SPECS: dict[str, ToolSpec] = {**WORKSPACE_TOOLS, **ORCHESTRATION_TOOLS, **COMMAND_TOOLS}
 
 
 def tool_specs(names: tuple[str, ...] | list[str]) -> list[ToolSpec]:

@@ -5,13 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from durable_plans.activities.approvals import ApprovalActivities
+from durable_plans.activities.commands import CommandActivities
 from durable_plans.activities.conversation import ConversationActivities
 from durable_plans.activities.delegation import DelegationActivities
 from durable_plans.activities.llm import LlmActivities
+from durable_plans.activities.mcp import McpActivities
 from durable_plans.activities.notify import NotifyActivities
 from durable_plans.activities.sessions import SessionActivities
 from durable_plans.activities.subagents import SubagentActivities
+from durable_plans.activities.tool_calls import ToolErrorActivities
 from durable_plans.activities.tools import ToolActivities
+from durable_plans.domain.agents_loader import load_catalog
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
 
@@ -25,6 +30,12 @@ class PlanActivities:
         self.subagents = SubagentActivities(store)
         self.conversation = ConversationActivities(store)
         self.notify = NotifyActivities()
+        self.approvals = ApprovalActivities(store)
+        self.commands = CommandActivities(store, settings)
+        self.tool_errors = ToolErrorActivities(store)
+        # MCP servers come from the worker's own agents file: a workflow names a server,
+        # the worker decides what that starts and which secrets it gets.
+        self.mcp = McpActivities(store, load_catalog(settings.agents_file).mcp_servers)
 
     def all(self) -> list[Callable[..., Any]]:
         return [
@@ -45,9 +56,17 @@ class PlanActivities:
             self.conversation.answer_tool_call,
             self.conversation.read_history,
             self.notify.deliver_webhook,
+            self.approvals.describe_tool_call,
+            self.approvals.answer_tool_call_with,
+            self.commands.run_command,
+            self.tool_errors.answer_tool_error,
+            self.mcp.list_mcp_tools,
+            self.mcp.call_mcp_tool,
         ]
 
     async def aclose(self) -> None:
-        """Release what the activities hold across calls (the webhook HTTP client); the
-        plugin calls it when the worker stops."""
+        """Release what the activities hold across calls (the webhook and LLM HTTP clients,
+        the MCP servers they started); the plugin calls it when the worker stops."""
         await self.notify.aclose()
+        await self.llm.aclose()
+        await self.mcp.aclose()

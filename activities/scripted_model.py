@@ -38,6 +38,7 @@ __all__ = [
     "register_scripted_provider",
     "scripted_latency_s",
     "scripted_plan",
+    "scripted_steps",
     "text_of",
     "tool_name",
 ]
@@ -185,6 +186,17 @@ def _orchestration_arguments(name: str, task: str) -> str | None:
     return json.dumps({"agent": found.group(1) if found else "coder", "task": rest})
 
 
+# A scripted run of tool calls in the task text: ``<<run_command {"argv": ["python"]}>>``,
+# one call per turn, in order, then the final answer. It lets the offline example and the
+# tests drive any tool (run_command, an MCP server's) deterministically.
+_STEP = re.compile(r"<<\s*([A-Za-z0-9_-]{1,64})\s*(\{.*?\})?\s*>>", re.DOTALL)
+
+
+def scripted_steps(task: str) -> list[PlannedCall]:
+    """The ``<<tool {json}>>`` steps written in a task, in order."""
+    return [PlannedCall(m.group(1), m.group(2) or "{}") for m in _STEP.finditer(task)]
+
+
 def plan_turn(
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] = (),
@@ -204,7 +216,12 @@ def plan_turn(
         task = text_of(messages[start].get("content")).strip() if start >= 0 else ""
     since = messages[start + 1 :] if start >= 0 else messages
     turns_done = sum(1 for m in since if m.get("role") == "assistant" and m.get("tool_calls"))
-    order = _tool_order(tools, task)
+    steps = scripted_steps(task)
+    if steps:
+        if turns_done < len(steps):
+            return PlannedTurn(None, (steps[turns_done],))
+        task = " ".join(_STEP.sub(" ", task).split())
+    order = _tool_order(tools, task) if not steps else []
     if order and turns_done < tool_turns:
         tool = order[turns_done % len(order)]
         name = tool_name(tool)

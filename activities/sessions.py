@@ -13,6 +13,7 @@ from __future__ import annotations
 from temporalio import activity
 
 from durable_plans.activities.heartbeat import heartbeating
+from durable_plans.activities.spend import paid_for
 from durable_plans.domain.contracts import (
     ACT_BEGIN_SUBTASK,
     ACT_BRANCH_SPEND,
@@ -29,6 +30,7 @@ from durable_plans.domain.contracts import (
 from durable_plans.domain.history import DependencyResult, isolate_for_subtask, last_result
 from durable_plans.domain.ids import (
     assistant_message_id,
+    attempt_key,
     branch_context_message_id,
     branch_system_message_id,
     branch_task_message_id,
@@ -97,7 +99,7 @@ async def begin_branch(store: SessionStore, inp: BeginSubtaskInput) -> BeginSubt
 
     # The view is built from the snapshot, so every attempt sees the same base.
     base_view = await store.read_snapshot(inp.snapshot_id)
-    scope = subtask_scope(inp.plan_run_id, inp.subtask.id)
+    scope = subtask_scope(inp.plan_run_id, attempt_key(inp.subtask.id, inp.retries))
     isolated = isolate_for_subtask(base_view, deps, context_id=branch_context_message_id(scope))
     messages = [
         Message(id=branch_system_message_id(scope), role="system", content=inp.system_prompt),
@@ -177,7 +179,8 @@ class SessionActivities:
             answers = [m for m in messages if m.id in answer_ids]
             usage = Usage()
             for answer in answers:
-                usage = usage + (answer.usage or Usage())
+                # Every answer paid for that call, not only the stored one (spend.py).
+                usage = usage + await paid_for(self._store, answer.id, answer.usage or Usage())
             spends.append(
                 BranchSpend(
                     subtask_id=subtask_id,

@@ -18,6 +18,9 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
+from durable_plans.domain.approvals import ApprovalPolicy
+from durable_plans.domain.tools_config import RUN_COMMAND_TOOL, CommandPolicy, McpServerConfig
+
 WORKSPACE_TOOL_NAMES: Final[tuple[str, ...]] = (
     "list_dir",
     "read_file",
@@ -32,8 +35,16 @@ SPAWN_TOOL: Final = "spawn_subagent"
 """A nested SubtaskWorkflow with its own agent, session and tools (depth ≤ 3, seed 003)."""
 ORCHESTRATION_TOOL_NAMES: Final[tuple[str, ...]] = (DELEGATE_TOOL, SPAWN_TOOL)
 
-KNOWN_TOOL_NAMES: Final[tuple[str, ...]] = WORKSPACE_TOOL_NAMES + ORCHESTRATION_TOOL_NAMES
+KNOWN_TOOL_NAMES: Final[tuple[str, ...]] = (
+    WORKSPACE_TOOL_NAMES + ORCHESTRATION_TOOL_NAMES + (RUN_COMMAND_TOOL,)
+)
 """Every tool an agent may be given; an agents file naming anything else is rejected."""
+
+CONVERSATION_TOOL_NAMES: Final[tuple[str, ...]] = ("switch_agent", "create_plan")
+"""Tools a conversation (``dplan chat``) adds itself (``domain.session_contracts``)."""
+
+APPROVABLE_TOOL_NAMES: Final[tuple[str, ...]] = KNOWN_TOOL_NAMES + CONVERSATION_TOOL_NAMES
+"""What an ``approval`` policy may name: every tool a call can be made to."""
 
 MIN_TURNS: Final = 1
 MAX_TURNS: Final = 200
@@ -50,6 +61,12 @@ class AgentSpec(BaseModel):
     max_turns: int = Field(default=12, ge=MIN_TURNS, le=MAX_TURNS)
     model: str | None = None
     """A litellm model name; None means the worker's ``DPLAN_MODEL``."""
+    approval: ApprovalPolicy | None = None
+    """Which of its tool calls wait for a person (``domain.approvals``); None: defaults."""
+    mcp: tuple[str, ...] = ()
+    """MCP servers (``"git"``) or single tools (``"git/git_status"``) it may call."""
+    run_command: CommandPolicy | None = None
+    """What ``run_command`` may run for it (``domain.tools_config``); needs the tool listed."""
 
 
 class UnknownAgentError(KeyError):
@@ -82,6 +99,8 @@ class AgentCatalog(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     agents: tuple[AgentSpec, ...]
+    mcp_servers: tuple[McpServerConfig, ...] = ()
+    """The MCP servers of the agents file: worker-side, never carried by workflows."""
     _by_name: dict[str, AgentSpec] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
@@ -131,7 +150,7 @@ class AgentCatalog(BaseModel):
         """
         updates = {s.name: s for s in specs}
         kept = tuple(updates.pop(a.name, a) for a in self.agents)
-        return AgentCatalog(agents=kept + tuple(updates.values()))
+        return AgentCatalog(agents=kept + tuple(updates.values()), mcp_servers=self.mcp_servers)
 
 
 _ORCHESTRATOR = AgentSpec(

@@ -13,6 +13,27 @@ adds new agents::
     [agents.coder]                    # a built-in: fields not given are inherited
     max_turns = 24
 
+    [agents.coder.approval]           # calls of these tools wait for a person
+    tools = ["write_file"]            # or "all"; timeout_s = N rejects undecided calls
+
+    [approval]                        # the policy of every agent without its own
+    tools = []
+    [mcp_servers.git]                 # an MCP server the worker starts (stdio) ...
+    command = "mcp-server-git"
+    args = ["--repository", "/srv/repo"]
+    env = ["GIT_AUTHOR_NAME"]         # names of worker variables passed to it
+    timeout_s = 30                    # per call; max_attempts = 3 retries a call
+    [mcp_servers.search]              # ... or reaches over streamable HTTP
+    url = "https://mcp.example.com/mcp"
+    headers = {Authorization = "SEARCH_AUTH"}   # header = worker variable's name
+
+    [agents.debug]
+    tools = ["read_file", "write_file", "run_command"]
+    mcp = ["git", "search/find"]      # all of git's tools, one of search's
+    [agents.debug.run_command]        # the guarded shell (domain.tools_config)
+    allow = ["python", "git"]
+    approval_required = false         # default true: each call waits for a person
+
 The worker reads the file once at start-up; a mistake found there is found before any
 plan runs, so, as with plan files (:mod:`domain.plan_loader`), nothing stops at the first
 problem: the error lists every one, one line each, prefixed by the file and the agent.
@@ -33,6 +54,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from durable_plans.domain.agents import (
+    APPROVABLE_TOOL_NAMES,
     BUILTIN_CATALOG,
     KNOWN_TOOL_NAMES,
     MAX_TURNS,
@@ -40,6 +62,7 @@ from durable_plans.domain.agents import (
     AgentCatalog,
     AgentSpec,
 )
+from durable_plans.domain.approvals import ApprovalPolicy, policy_problems
 from durable_plans.domain.text_formats import (
     QUOTE_LIMIT,
     ProblemsError,
@@ -48,6 +71,14 @@ from durable_plans.domain.text_formats import (
     parse_json,
     parse_yaml,
     quote,
+)
+from durable_plans.domain.tools_config import (
+    ENV_NAME,
+    MCP_SERVER_NAME,
+    MCP_SERVER_NAME_RULE,
+    RUN_COMMAND_TOOL,
+    CommandPolicy,
+    McpServerConfig,
 )
 
 MAX_AGENTS_FILE_BYTES: Final = 1024 * 1024
@@ -58,8 +89,20 @@ MAX_REPORTED_PROBLEMS: Final = 100
 AGENT_NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 AGENT_NAME_RULE: Final = "use 1-64 of A-Z a-z 0-9 _ . - and start with a letter or digit"
 
-AGENT_FIELDS: Final[tuple[str, ...]] = ("system_prompt", "tools", "max_turns", "model")
+AGENT_FIELDS: Final[tuple[str, ...]] = (
+    "system_prompt",
+    "tools",
+    "max_turns",
+    "model",
+    "approval",
+    "mcp",
+    "run_command",
+)
 """The settings an agent entry may give (its name is its key)."""
+
+TOP_LEVEL_KEYS: Final[tuple[str, ...]] = ("agents", "approval", "mcp_servers")
+"""``agents``; ``approval``, the tool approval policy of every agent without its own; and
+``mcp_servers``, the MCP servers the worker may start or reach."""
 
 _FORMATS: Final[Mapping[str, str]] = {
     ".toml": "TOML",
@@ -208,8 +251,16 @@ def parse_agents_data(
         raise AgentsFileError(
             [f"{source}: must be a mapping with an 'agents' table, got {_describe(data)}"]
         )
-    problems: list[str] = [_unknown_key(key, ("agents",)) for key in data if key != "agents"]
+    problems: list[str] = [
+        _unknown_key(key, TOP_LEVEL_KEYS) for key in data if key not in TOP_LEVEL_KEYS
+    ]
     specs: list[AgentSpec] = []
+    default_approval: ApprovalPolicy | None = None
+    if "approval" in data:
+        default_approval, approval_problems = _check_approval(data["approval"])
+        problems.extend(f"approval{p}" for p in approval_problems)
+    servers, server_problems = parse_mcp_servers(data.get("mcp_servers", {}))
+    problems.extend(server_problems)
     agents = data.get("agents")
     if "agents" not in data:
         problems.append(
@@ -224,9 +275,85 @@ def parse_agents_data(
             problems.extend(agent_problems)
             if spec is not None:
                 specs.append(spec)
+    known_servers = {s.name for s in servers} | {s.name for s in base.mcp_servers}
+    for spec in specs:
+        problems.extend(_agent_tool_problems(spec, known_servers))
     if problems:
         raise AgentsFileError(f"{source}: {line}" for line in _capped(problems))
-    return base.merged(specs)
+    catalog = base.merged(specs)
+    if default_approval is not None:
+        # The file's top-level ``approval`` is every agent's unless the agent gives its own.
+        own = {s.name for s in specs if s.approval is not None}
+        catalog = catalog.merged(
+            a.model_copy(update={"approval": default_approval})
+            for a in catalog.agents
+            if a.name not in own
+        )
+    if not servers:
+        return catalog
+    return catalog.model_copy(update={"mcp_servers": (*base.mcp_servers, *servers)})
+
+
+def _agent_tool_problems(spec: AgentSpec, servers: set[str]) -> list[str]:
+    where = _where(spec.name)
+    problems = [
+        f"{where}: mcp: unknown MCP server {quote(entry.partition('/')[0])} "
+        f"(declared: {', '.join(sorted(servers)) or 'none; add an [mcp_servers.NAME] table'})"
+        for entry in spec.mcp
+        if entry.partition("/")[0] not in servers
+    ]
+    if RUN_COMMAND_TOOL in spec.tools and (spec.run_command is None or not spec.run_command.allow):
+        problems.append(
+            f"{where}: tools lists run_command but no program may run; add "
+            f'[{where}.run_command] allow = ["python", ...]'
+        )
+    return problems
+
+
+def parse_mcp_servers(value: Any) -> tuple[tuple[McpServerConfig, ...], list[str]]:
+    """The ``mcp_servers`` table: servers, and problems (``mcp_servers.NAME: ...``)."""
+    if not isinstance(value, Mapping):
+        return (), [f"mcp_servers: must be a table keyed by server name, got {_describe(value)}"]
+    servers: list[McpServerConfig] = []
+    problems: list[str] = []
+    for name, body in value.items():
+        valid = isinstance(name, str) and MCP_SERVER_NAME.fullmatch(name) is not None
+        # An invalid name is quoted (escaped): a problem is always one printable line.
+        where = f"mcp_servers.{name}" if valid else f"mcp_servers.{quote(name)}"
+        if not valid:
+            problems.append(f"{where}: invalid server name ({MCP_SERVER_NAME_RULE})")
+            continue
+        if not isinstance(body, Mapping):
+            problems.append(f"{where}: must be a table (command or url), got {_describe(body)}")
+            continue
+        fields = dict(body)
+        before = len(problems)
+        for key in ("env",):
+            names = fields.get(key, [])
+            if not isinstance(names, list) or not all(
+                isinstance(n, str) and ENV_NAME.fullmatch(n) for n in names
+            ):
+                problems.append(f"{where}: {key}: must be a list of environment variable names")
+        headers = fields.get("headers", {})
+        if not isinstance(headers, Mapping) or not all(
+            isinstance(v, str) and ENV_NAME.fullmatch(v) for v in headers.values()
+        ):
+            problems.append(
+                f"{where}: headers: must map header names to environment variable names "
+                "(the values stay in the worker's environment)"
+            )
+        else:
+            fields["headers"] = tuple((str(k), v) for k, v in headers.items())
+        if len(problems) > before:
+            continue
+        try:
+            servers.append(McpServerConfig.model_validate({**fields, "name": name}))
+        except ValidationError as exc:
+            problems.extend(
+                f"{where}: {'.'.join(map(str, err['loc'])) or 'server'}: {one_line(err['msg'])}"
+                for err in exc.errors()
+            )
+    return tuple(servers), problems
 
 
 def _build_agent(name: Any, body: Any, base: AgentCatalog) -> tuple[AgentSpec | None, list[str]]:
@@ -345,11 +472,45 @@ def _check_model(value: Any) -> tuple[Any, list[str]]:
     return value, []
 
 
+def _check_approval(value: Any) -> tuple[Any, list[str]]:
+    problems = policy_problems(value, APPROVABLE_TOOL_NAMES)
+    if problems:
+        return None, problems
+    try:
+        return ApprovalPolicy.model_validate(value), []
+    except ValidationError as exc:  # a rule policy_problems does not mirror
+        return None, [f": {one_line(err['msg'])}" for err in exc.errors()]
+
+
+def _check_mcp(value: Any) -> tuple[Any, list[str]]:
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        return None, [f': must be a list of "server" or "server/tool", got {_describe(value)}']
+    return tuple(value), []
+
+
+def _check_run_command(value: Any) -> tuple[Any, list[str]]:
+    if not isinstance(value, Mapping):
+        return None, [f": must be a table (allow, timeout_s, ...), got {_describe(value)}"]
+    try:
+        policy = CommandPolicy.model_validate(dict(value))
+    except ValidationError as exc:
+        return None, [
+            f".{'.'.join(map(str, err['loc']))}: {one_line(err['msg'])}" for err in exc.errors()
+        ]
+    bad = [p for p in policy.allow if not p or "/" in p or p in (".", "..")]
+    if bad:
+        return None, [f".allow: program names only, not paths: {', '.join(map(quote, bad))}"]
+    return policy, []
+
+
 _FIELD_CHECKS: Final[Mapping[str, _Check]] = {
+    "mcp": _check_mcp,
+    "run_command": _check_run_command,
     "system_prompt": _check_system_prompt,
     "tools": _check_tools,
     "max_turns": _check_max_turns,
     "model": _check_model,
+    "approval": _check_approval,
 }
 
 
@@ -368,7 +529,9 @@ def _where(name: str) -> str:
     if _BARE_KEY.fullmatch(name):
         return f"agents.{name}"
     quoted = json.dumps(name[:QUOTE_LIMIT], ensure_ascii=False)
-    if _lone_surrogate(quoted):  # keep the line printable: write it as "\ud83d"
+    # Keep the line one printable line: a lone surrogate, or a character such as U+0085 or
+    # U+2028 that json leaves raw but splitlines() breaks on, is written escaped.
+    if _lone_surrogate(quoted) or not quoted.isprintable():
         quoted = json.dumps(name[:QUOTE_LIMIT])
     return f"agents.{quoted}"
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from durable_plans.domain.agents import AgentSpec
+from durable_plans.domain.approvals import ApprovalPolicy
 from durable_plans.domain.models import Budget, Plan, PlanReport, Subtask, SubtaskResult, Usage
+from durable_plans.domain.tools_config import McpServerTools, ToolSchema
 
 # Workflow type names, like activity names, are part of recorded histories (and of
 # `temporal workflow start --type ...`): renaming one breaks replay. A workflow starts
@@ -31,6 +33,8 @@ ACT_FINISH_SPAWN = "finish_spawn"
 ACT_APPEND_NOTES = "append_notes"
 ACT_BRANCH_SPEND = "branch_spend"
 ACT_DELIVER_WEBHOOK = "deliver_webhook"
+ACT_DESCRIBE_CALL = "describe_tool_call"
+ACT_ANSWER_CALL = "answer_tool_call_with"
 
 # Sub-agents nest at most this deep (the root session is depth 0).
 MAX_SUBAGENT_DEPTH = 3
@@ -53,6 +57,7 @@ class BeginSubtaskInput(_Payload):
     system_prompt: str
     root_session_id: str
     depth: int = 0
+    retries: int = Field(default=0, ge=0)  # names the attempt's message ids
 
 
 class BeginSubtaskOutput(_Payload):
@@ -110,6 +115,8 @@ class LlmCallInput(_Payload):
     # which on a busy worker costs as much as the rest of its workflow task.
     begin: BeginSubtaskInput | None = None
     close_on_answer: EndSubtaskInput | None = None
+    # Tools not built in (MCP servers' tools the agent may call), as fixed at plan start.
+    extra_tools: tuple[ToolSchema, ...] = ()
 
 
 class ToolCallRef(_Payload):
@@ -135,6 +142,32 @@ class ToolCallInput(_Payload):
     scope: str
     turn: int
     allowed_tools: tuple[str, ...]
+    # An operator's replacement for the model's arguments (``dplan approve --args``).
+    arguments: str | None = None
+
+
+class DescribeCallInput(_Payload):
+    """A call about to wait for approval: its name and (scrubbed) arguments are read."""
+
+    session_id: str
+    message_id: str
+    call_index: int
+
+
+class DescribeCallOutput(_Payload):
+    tool: str
+    arguments: str  # secrets scrubbed, capped
+
+
+class AnswerCallInput(_Payload):
+    """A tool result the workflow composed (a rejected call's), written as the answer."""
+
+    session_id: str
+    message_id: str
+    call_index: int
+    scope: str
+    turn: int
+    text: str
 
 
 class ToolCallOutput(_Payload):
@@ -232,6 +265,13 @@ class SubtaskInput(_Payload):
     agents: tuple[AgentSpec, ...] = ()
     root_session_id: str = ""
     depth: int = 0
+    # Times this subtask was started before (``dplan retry``/``resume``): its attempt
+    # works on a branch of its own (``domain.ids.attempt_key``).
+    retries: int = Field(default=0, ge=0)
+    # The plan's tool approval policy; None: each agent's own (see domain.approvals).
+    approval: ApprovalPolicy | None = None
+    # The MCP servers' tools listed when the plan started (the agent uses those it may).
+    mcp_tools: tuple[McpServerTools, ...] = ()
 
 
 class SubtaskOutcome(_Payload):
@@ -266,3 +306,13 @@ class PlanInput(_Payload):
     # Continue-as-new after this many subtask completions in one run (None: only when the
     # server suggests it). Small values let tests exercise the carry-over path.
     max_completions_per_run: int | None = Field(default=None, ge=1)
+    # Subtasks being run again (``dplan retry``, ``dplan resume``): what their earlier
+    # attempts spent and how often they were retried, added to their next result.
+    prior: tuple[SubtaskResult, ...] = ()
+    # The budget as an operator last raised it (``dplan budget``); None: the plan's.
+    budget: Budget | None = None
+    # When each paused subtask paused (workflow time, epoch seconds): its pause timeout
+    # runs from there across continue-as-new.
+    paused_since: tuple[tuple[str, float], ...] = ()
+    # The MCP servers' tools, listed once when the plan first started (None: not yet).
+    mcp_tools: tuple[McpServerTools, ...] | None = None

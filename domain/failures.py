@@ -68,6 +68,9 @@ class FailureType(StrEnum):
     # A workflow input or an update argument that cannot be used (details: the problems,
     # one line each); a plan's own input fails with INVALID_PLAN instead.
     INVALID_INPUT = "InvalidInput"
+    # A decision on a tool call that cannot be taken: unknown call, already decided, or
+    # replacement arguments that are not a JSON object (workflows/approvals.py).
+    APPROVAL_REFUSED = "ApprovalRefused"
     # LLM calls, as activities/llm_errors.py classifies them: never worth a retry...
     BAD_REQUEST = "BadRequest"
     CONTEXT_WINDOW_EXCEEDED = "ContextWindowExceeded"

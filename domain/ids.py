@@ -19,6 +19,7 @@ import hashlib
 __all__ = [
     "SUBAGENT_SESSION_PREFIX",
     "assistant_message_id",
+    "attempt_key",
     "branch_context_message_id",
     "branch_session_id",
     "branch_system_message_id",
@@ -162,6 +163,19 @@ def plan_session_id(plan_id: str, session_id: str | None) -> str:
     ``session_id`` works on the same session.
     """
     return session_id or f"plan-{plan_id}"
+
+
+def attempt_key(subtask_id: str, retries: int) -> str:
+    """The name a subtask's attempt goes by in its branch, snapshot and message ids.
+
+    The first attempt keeps the subtask's id (what every recorded run used); a retried or
+    resumed one adds ``~N`` (``~`` is not allowed in ids, so it never names another
+    subtask), and so starts on a fresh branch instead of finding the failed attempt's
+    stored answers.
+    """
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, got {retries}")
+    return subtask_id if retries == 0 else f"{subtask_id}~{retries}"
 
 
 def branch_session_id(base_session_id: str, plan_run_id: str, subtask_id: str) -> str:

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, model_validator
 
+from durable_plans.domain.approvals import ApprovalPolicy
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
@@ -173,9 +175,16 @@ class DeliveryOutcome(_Frozen):
 
     status: DeliveryStatus
     webhook_id: str
+    # Attempts whose answer reached the workflow; when the delivery window closes on an
+    # attempt in flight, that one may have reached the receiver without being counted.
     attempts: NonNegativeInt = 0
     last_status: int | None = None  # the receiver's last HTTP status; None: no answer
     reason: str | None = None  # why it failed (one line), None when delivered
+
+
+# What a failed subtask does to its plan: fail it (dependents skipped, the plan ends
+# Failed), or pause, holding the plan open until an operator resumes or skips it.
+OnFailure = Literal["fail", "pause"]
 
 
 class Subtask(_Frozen):
@@ -183,6 +192,7 @@ class Subtask(_Frozen):
     description: str
     agent: str = "coder"
     depends_on: tuple[str, ...] = ()
+    on_failure: OnFailure | None = None  # None: the plan's
 
 
 class Plan(_Frozen):
@@ -193,6 +203,15 @@ class Plan(_Frozen):
     budget: Budget | None = None
     subtasks: tuple[Subtask, ...]
     notify: Notify | None = None
+    on_failure: OnFailure | None = None  # None: "fail"
+    # How long a subtask may stay paused before it fails for good (None: until decided).
+    pause_timeout_s: float | None = Field(default=None, gt=0)
+
+    def on_failure_of(self, subtask_id: str) -> OnFailure:
+        return self.subtask(subtask_id).on_failure or self.on_failure or "fail"
+
+    # Which tool calls wait for a person in every subtask; replaces the agents' own.
+    approval: ApprovalPolicy | None = None
 
     def subtask(self, subtask_id: str) -> Subtask:
         for s in self.subtasks:
@@ -230,10 +249,12 @@ class SubtaskStatus(enum.StrEnum):
     FAILED = "failed"
     SKIPPED = "skipped"
     CANCELLED = "cancelled"
+    # Failed, held for an operator (``dplan resume|skip``); not terminal.
+    PAUSED = "paused"
 
     @property
     def is_terminal(self) -> bool:
-        return self not in (SubtaskStatus.PENDING, SubtaskStatus.RUNNING)
+        return self not in (SubtaskStatus.PENDING, SubtaskStatus.RUNNING, SubtaskStatus.PAUSED)
 
 
 class PlanStatus(enum.StrEnum):
@@ -241,6 +262,8 @@ class PlanStatus(enum.StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Still running, but a subtask is paused on a failure and waits for an operator.
+    PAUSED = "paused"
 
 
 class SubtaskResult(_Frozen):
@@ -254,6 +277,9 @@ class SubtaskResult(_Frozen):
     # Where the subtask's whole conversation is (its session branch), for whoever wants
     # more than the report's excerpt.
     session_id: str | None = None
+    # How many times it was started again after failing, pausing or being cancelled
+    # (``dplan retry``, ``dplan resume``); llm_calls and usage include every attempt.
+    retries: NonNegativeInt = 0
 
     @model_validator(mode="after")
     def _truthful(self) -> SubtaskResult:
@@ -263,7 +289,10 @@ class SubtaskResult(_Frozen):
             self.error is not None or self.result is None
         ):
             raise ValueError("a completed subtask has a result and no error")
-        if self.status in (SubtaskStatus.FAILED, SubtaskStatus.SKIPPED) and self.error is None:
+        if (
+            self.status in (SubtaskStatus.FAILED, SubtaskStatus.SKIPPED, SubtaskStatus.PAUSED)
+            and self.error is None
+        ):
             raise ValueError(f"a {self.status.value} subtask says why (error is required)")
         return self
 
@@ -275,6 +304,7 @@ class Counts(_Frozen):
     cancelled: NonNegativeInt = 0
     pending: NonNegativeInt = 0
     running: NonNegativeInt = 0
+    paused: NonNegativeInt = 0
 
     @property
     def total(self) -> int:
@@ -285,6 +315,7 @@ class Counts(_Frozen):
             + self.cancelled
             + self.pending
             + self.running
+            + self.paused
         )
 
     @classmethod
@@ -303,6 +334,11 @@ class PlanReport(_Frozen):
     usage: Usage = Usage()
     duration_s: NonNegativeFloat = 0.0
 
+    @property
+    def finished(self) -> bool:
+        """Every subtask has its final status (a plan may be failed long before that)."""
+        return all(r.status.is_terminal for r in self.subtasks)
+
     @model_validator(mode="after")
     def _counts_add_up(self) -> PlanReport:
         if self.counts != Counts.of(r.status for r in self.subtasks):
@@ -320,7 +356,10 @@ class PlanReport(_Frozen):
     ) -> PlanReport:
         """The only way reports are made: counts, totals and status derive from results."""
         counts = Counts.of(r.status for r in results)
-        if counts.failed:
+        if counts.paused and not cancelled:
+            # Before "failed": the plan is still open, and what it needs is a person.
+            status = PlanStatus.PAUSED
+        elif counts.failed:
             status = PlanStatus.FAILED
         elif cancelled or counts.cancelled:
             status = PlanStatus.CANCELLED

@@ -28,7 +28,9 @@ from typing import Any, Final
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
+from durable_plans.domain.agents import APPROVABLE_TOOL_NAMES
 from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
+from durable_plans.domain.approvals import ApprovalPolicy, policy_problems
 from durable_plans.domain.models import Notify, Plan, Subtask
 from durable_plans.domain.notify import notify_problems
 from durable_plans.domain.scheduling import CYCLE_DISPLAY_LIMIT, find_cycles, format_cycle
@@ -236,8 +238,15 @@ def plan_from_data(
     problems: list[_Problem] = []
 
     header = {k: v for k, v in data.items() if k != "subtasks" and not (k == "id" and v is None)}
-    values, header_problems = _check_object(header, Plan, handled={"subtasks"}, optional={"id"})
+    values, header_problems = _check_object(
+        header, Plan, handled={"subtasks", "approval"}, optional={"id"}
+    )
     problems.extend((_PLAN_GROUP, p) for p in header_problems)
+    if header.get("approval") is not None:
+        approval_problems = policy_problems(header["approval"], APPROVABLE_TOOL_NAMES)
+        problems.extend((_PLAN_GROUP, f"approval{p}") for p in approval_problems)
+        if not approval_problems:
+            values["approval"] = ApprovalPolicy.model_validate(header["approval"])
     if "id" not in header:
         values["id"] = (new_id or new_plan_id)()
 

@@ -28,6 +28,7 @@ __all__ = [
     "COST_USD",
     "FAILED",
     "GOAL",
+    "PAUSED_MEMO",
     "PLAN_ATTRIBUTES",
     "PLAN_ID",
     "STATUS",
@@ -79,6 +80,11 @@ _CLI_TYPE_NAMES = {
     SearchAttributeIndexedValueType.DATETIME: "Datetime",
     SearchAttributeIndexedValueType.KEYWORD_LIST: "KeywordList",
 }
+
+
+# Not an attribute: the memo key under which a plan says which subtasks are paused and
+# why ({subtask id: "Type: message"}); only a plan that pauses writes it.
+PAUSED_MEMO = "paused"
 
 
 class VisibilityStatus(enum.StrEnum):

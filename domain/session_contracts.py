@@ -2,8 +2,9 @@
 
 One long-lived workflow per conversation (id ``session/{session_id}``) holds the current
 agent and the agent-switch events; the messages stay in the session store. Clients talk
-to it with updates (``send_message``, ``switch_agent``, ``plan_goal``, ``history``) and
-read it with queries (``state``, ``events``).
+to it with updates (``send_message``, ``switch_agent``, ``plan_goal``, ``history``, and
+``approve_tool_call`` / ``reject_tool_call`` for calls waiting for approval) and read it
+with queries (``state``, ``events``, ``approvals``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from durable_plans.domain.agents import AgentSpec
+from durable_plans.domain.approvals import ApprovalDecision
 
 # Derived in domain.ids with every other id; re-exported for the callers that found it here.
 from durable_plans.domain.ids import session_workflow_id as session_workflow_id
@@ -73,6 +75,8 @@ class SessionInput(_Payload):
     # Continue-as-new after this many handled messages in one run (None: only when the
     # server suggests it); small values let tests exercise the carry-over.
     max_messages_per_run: int | None = Field(default=None, ge=1)
+    # Decisions on tool calls (who approved or rejected what, when), carried like events.
+    approvals: tuple[ApprovalDecision, ...] = ()
 
 
 class SendMessageInput(_Payload):
@@ -119,6 +123,7 @@ class SessionState(_Payload):
     events: tuple[AgentSwitchEvent, ...] = ()
     plans: tuple[PlanRef, ...] = ()
     usage: Usage = Usage()
+    approvals: tuple[ApprovalDecision, ...] = ()  # tool-call decisions, oldest first
 
 
 # ---- activity payloads

@@ -51,6 +51,7 @@ from temporalio.converter import (
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import (
     Interceptor,
+    ReplayerConfig,
     Worker,
     WorkerConfig,
     WorkflowInboundInterceptor,
@@ -59,6 +60,7 @@ from temporalio.worker import (
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from durable_plans import workflow_code_cache
 from durable_plans.payload_codec import EncryptionCodec
 from durable_plans.workflows.policies import PARAMETERS_EXTERN, ActivityParameters
 from durable_plans.workflows.visibility import GOAL_SEARCHABLE_EXTERN, SEARCH_ATTRIBUTES_EXTERN
@@ -169,7 +171,10 @@ class DurablePlansPlugin(SimplePlugin):
     * ``payload_codec``: applied to every payload on top of the pydantic converter;
       without one, the encryption codec of ``settings.payload_keys`` (``DPLAN_PAYLOAD_KEY``)
       when configured, else a codec already on the client's converter is kept;
-    * ``workflow_failure_exception_types``: replace ``WORKFLOW_FAILURE_EXCEPTION_TYPES``.
+    * ``workflow_failure_exception_types``: replace ``WORKFLOW_FAILURE_EXCEPTION_TYPES``;
+    * ``tracing``: OpenTelemetry tracing (``durable_plans/telemetry.py``); by default on
+      when ``settings.otlp_endpoint`` is set and the process installed the replay-safe
+      tracer provider (``telemetry.install``).
     """
 
     def __init__(
@@ -182,8 +187,19 @@ class DurablePlansPlugin(SimplePlugin):
         parameters: ActivityParameters | None = None,
         payload_codec: PayloadCodec | None = None,
         workflow_failure_exception_types: Sequence[type[BaseException]] | None = None,
+        tracing: bool | None = None,
     ) -> None:
         self._search_attributes = _SearchAttributesInterceptor()
+        if tracing is None:
+            tracing = settings is not None and settings.otlp_endpoint is not None
+            if tracing:
+                # Traced only where the worker process installed the replay-safe tracer
+                # provider (``dplan-worker`` does, from the same settings); a CLI that
+                # merely shares the environment is not a traced worker.
+                from durable_plans.telemetry import tracing_installed
+
+                tracing = tracing_installed()
+        self.tracing = tracing
         if parameters is None and settings is not None:
             parameters = settings.activity_parameters()
         self.settings = settings
@@ -221,7 +237,19 @@ class DurablePlansPlugin(SimplePlugin):
         )
         interceptors = list(config.get("interceptors") or [])
         if self._search_attributes not in interceptors:
-            config["interceptors"] = [*interceptors, self._search_attributes]
+            interceptors.append(self._search_attributes)
+        if self.tracing:
+            interceptors.extend(_tracing_interceptors(interceptors))
+        config["interceptors"] = interceptors
+        return config
+
+    def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
+        """As ``SimplePlugin``'s, plus tracing when asked for (a replayer must create, and
+        then not export, exactly the spans the worker did)."""
+        config = super().configure_replayer(config)
+        if self.tracing:
+            interceptors = list(config.get("interceptors") or [])
+            config["interceptors"] = [*interceptors, *_tracing_interceptors(interceptors)]
         return config
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
@@ -262,14 +290,19 @@ class DurablePlansPlugin(SimplePlugin):
 
     def _workflow_runner(self, existing: WorkflowRunner | None) -> WorkflowRunner:
         """The sandbox, with our pure modules passed through; a non-sandboxed runner (a
-        debugging choice) is left alone."""
+        debugging choice) is left alone. The sandbox re-imports a workflow's module for
+        every run: ``workflow_code_cache`` keeps that from compiling it every time."""
+        workflow_code_cache.install()
         if existing is None:
             existing = SandboxedWorkflowRunner()
         if not isinstance(existing, SandboxedWorkflowRunner):
             return existing
         restrictions = existing.restrictions or SandboxRestrictions.default
+        # OpenTelemetry's context and tracer provider are process-wide: a workflow's spans
+        # must reach the one the worker installed, not a sandboxed copy.
+        passthrough = PASSTHROUGH_MODULES + (("opentelemetry",) if self.tracing else ())
         return dataclasses.replace(
-            existing, restrictions=restrictions.with_passthrough_modules(*PASSTHROUGH_MODULES)
+            existing, restrictions=restrictions.with_passthrough_modules(*passthrough)
         )
 
     def _add_workflows(self, existing: Sequence[type] | None) -> Sequence[type]:
@@ -303,7 +336,9 @@ class DurablePlansPlugin(SimplePlugin):
             # Imported now, not in the first LLM activity: the import takes seconds and
             # blocks the event loop, long enough to miss that activity's heartbeat timeout.
             import_litellm()
-            self._plan_activities = PlanActivities(self.store, self.settings)
+            from durable_plans.activities.observe import timed_store
+
+            self._plan_activities = PlanActivities(timed_store(self.store), self.settings)
             self._activities = list(self._plan_activities.all())
         return list(self._activities)
 
@@ -316,6 +351,26 @@ class DurablePlansPlugin(SimplePlugin):
         finally:
             if self._plan_activities is not None:
                 await self._plan_activities.aclose()
+
+
+def _tracing_interceptors(present: Sequence[object]) -> list[Interceptor]:
+    """Temporal's OpenTelemetry interceptor (trace context in every header), then our
+    workflow spans inside it (``durable_plans/telemetry.py``), unless ``present`` has them.
+
+    Worker-side only: added to a client they would also reach every worker built from it
+    (the SDK prepends a client's interceptors that are worker interceptors too) and run
+    twice there. A worker needs the replay-safe tracer provider installed first
+    (``telemetry.install``, or ``create_tracer_provider`` in a test)."""
+    from temporalio.contrib.opentelemetry import OpenTelemetryInterceptor
+
+    from durable_plans.telemetry import WorkflowSpans
+
+    added: list[Interceptor] = []
+    if not any(isinstance(i, OpenTelemetryInterceptor) for i in present):
+        added.append(OpenTelemetryInterceptor())
+    if not any(isinstance(i, WorkflowSpans) for i in present):
+        added.append(WorkflowSpans())
+    return added
 
 
 def _merge(existing: Sequence[T] | None, ours: Sequence[T]) -> list[T]:

@@ -516,8 +516,10 @@ _Params = Iterable[Any]
 
 
 async def _maybe_one(conn: aiosqlite.Connection, sql: str, params: _Params) -> sqlite3.Row | None:
-    async with conn.execute(sql, params) as cursor:
-        return await cursor.fetchone()
+    # One trip to the connection's thread (execute, fetch and close there), not three:
+    # each trip costs the event loop a wake-up, and writes make several of these calls.
+    rows = await conn.execute_fetchall(sql, params)
+    return next(iter(rows), None)
 
 
 async def _one(conn: aiosqlite.Connection, sql: str, params: _Params) -> sqlite3.Row:

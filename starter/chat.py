@@ -55,6 +55,7 @@ from durable_plans.domain.session_contracts import (
     SwitchAgentInput,
 )
 from durable_plans.settings import Settings
+from durable_plans.starter.chat_approvals import InlineApprovals, answer_asking_approvals
 from durable_plans.starter.chat_commands import (
     HELP_TEXT,
     Blank,
@@ -74,6 +75,7 @@ from durable_plans.starter.chat_commands import (
 )
 from durable_plans.starter.chat_render import (
     Screen,
+    decision_line,
     event_line,
     history_line,
     plan_line,
@@ -241,16 +243,18 @@ class _Chat:
             task.cancel()
 
     async def _send(self, text: str) -> None:
-        result = await self._waiting(
+        update = asyncio.ensure_future(
             session_update(
                 self.conn,
                 self.handle,
                 UPDATE_SEND_MESSAGE,
                 SendMessageInput(text=text),
                 SendMessageResult,
-            ),
-            "waiting for the answer…",
+            )
         )
+        # Tool calls of the turn that wait for approval are asked here, inline.
+        approvals = InlineApprovals(self.conn.client, self.handle.id, self.screen, self.input)
+        result = await answer_asking_approvals(update, approvals, self._waiting)
         self._show_answer(result)
 
     def _show_answer(self, result: SendMessageResult) -> None:
@@ -318,7 +322,7 @@ class _Chat:
     async def _plan_progress(self, plan: PlanRef) -> str | None:
         """Live counts of a running plan; None when it has ended or does not answer soon
         (the session's own record is shown either way)."""
-        if plan.status is not PlanStatus.RUNNING:
+        if plan.status not in (PlanStatus.RUNNING, PlanStatus.PAUSED):
             return None
         handle = self.conn.client.get_workflow_handle(plan.plan_id)
         try:
@@ -348,8 +352,9 @@ class _Chat:
         events = await session_query(self.handle, QUERY_EVENTS, list[AgentSwitchEvent])
         if not events:
             self.screen.line("(no agent switches yet)")
-            return
         self.screen.lines([event_line(e) for e in events])
+        state = await session_query(self.handle, QUERY_STATE, SessionState)
+        self.screen.lines([decision_line(d) for d in state.approvals])
 
     async def _end(self) -> None:
         await end_session(self.handle)

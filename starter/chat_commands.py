@@ -121,7 +121,8 @@ Type a message and press Enter to send it to the current agent. Commands:
   /plan GOAL…              let the orchestrator plan GOAL and start the plan
   /status                  agent, messages handled, plans and their progress, usage
   /history [N]             the last N messages (default {DEFAULT_HISTORY}, at most {MAX_HISTORY})
-  /events                  agent switches: time, from → to, reason, confidence
+  /events                  agent switches (time, from → to, reason, confidence)
+                           and tool-call approvals (who decided what, when)
   /help                    this text
   /quit                    leave; the conversation stays resumable (also Ctrl-D, Ctrl-C)
   /end                     end the conversation for good

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.text import Text
 
+from durable_plans.domain.approvals import ApprovalDecision
 from durable_plans.domain.models import Message
 from durable_plans.domain.session_contracts import AgentSwitchEvent, AgentSwitchResult, PlanRef
 
@@ -63,6 +64,16 @@ def event_line(event: AgentSwitchEvent) -> str:
         f"{_when(event.at)}  {event.from_agent} → {event.to_agent}{reason}"
         f"  (confidence: {event.confidence})"
     )
+
+
+def decision_line(decision: ApprovalDecision) -> str:
+    """One tool-call decision for ``/events``: when, who, what."""
+    verb = "approved" if decision.approved else "rejected"
+    extra = f"  reason: {decision.reason}" if decision.reason else ""
+    if decision.arguments is not None:
+        extra += f"  arguments: {one_line(decision.arguments, 200)}"
+    what = f"{decision.who} {verb} {decision.tool} (call {decision.call_id})"
+    return f"{_when(decision.at)}  {what}{extra}"
 
 
 def switch_lines(result: AgentSwitchResult) -> list[str]:

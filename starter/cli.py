@@ -21,6 +21,7 @@ from durable_plans.domain.agents_loader import AgentsFileError, load_agents_file
 from durable_plans.domain.models import Plan
 from durable_plans.domain.plan_loader import PlanValidationError, plan_from_data, read_plan_file
 from durable_plans.domain.scheduling import critical_path_length
+from durable_plans.starter.approvals_cli import add_approval_parsers
 
 EXIT_OK = 0
 EXIT_INVALID = 2
@@ -513,6 +514,121 @@ def cmd_schemas(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- step in
+# What an operator does when a plan failed or paused (starter/operate_command.py).
+
+
+def _add_retry_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "retry",
+        help="re-run what failed, was skipped or cancelled; keep what completed",
+        description=(
+            "Start a new run of a finished plan (same id) that re-runs its failed, skipped "
+            "and cancelled subtasks and reuses every completed one's result, branch and "
+            "usage (no LLM call for them). --subtask also re-runs a completed subtask and "
+            "its dependents. A worker must be polling: the last run's state is read by "
+            "replaying it. Exit 0 completed, 1 refused, failed or Temporal unusable."
+        ),
+    )
+    parser.add_argument("plan_id", metavar="PLAN", help="the plan (workflow) id")
+    parser.add_argument(
+        "--subtask",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="also re-run this completed subtask and its dependents (repeatable)",
+    )
+    parser.add_argument("--embedded", action="store_true", help="as for dplan run")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--no-wait", action="store_true", help="start it and return")
+    parser.set_defaults(handler=cmd_retry)
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from durable_plans.starter.operate_command import retry_command
+
+    try:
+        return asyncio.run(
+            retry_command(
+                args.plan_id,
+                subtasks=args.subtask,
+                embedded=args.embedded,
+                json_output=args.json,
+                no_wait=args.no_wait,
+            )
+        )
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _add_subtask_action_parsers(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    for action, help_text in (
+        ("resume", "run a paused subtask again, on a fresh branch from the base session"),
+        ("skip", "fail a paused subtask for good (its dependents are skipped)"),
+    ):
+        parser = subparsers.add_parser(
+            action,
+            help=help_text,
+            description=f"{help_text[0].upper()}{help_text[1:]}. An Update of the running "
+            "plan: refused (exit 1, nothing changed) when the subtask is unknown or not "
+            "paused. Exit 0 done, 1 refused or Temporal unusable.",
+        )
+        parser.add_argument("plan_id", metavar="PLAN", help="the plan (workflow) id")
+        parser.add_argument("subtask", metavar="SUBTASK", help="the paused subtask's id")
+        parser.add_argument("--by", default=None, help="who decides (default user@host)")
+        parser.set_defaults(handler=cmd_subtask_action, action=action)
+
+
+def cmd_subtask_action(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from durable_plans.starter.operate_command import subtask_command
+
+    try:
+        return asyncio.run(subtask_command(args.action, args.plan_id, args.subtask, by=args.by))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _add_budget_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "budget",
+        help="set a running plan's budget and resume what paused on it",
+        description=(
+            "Set new limits for the plan's session tree (a limit not named keeps its value) "
+            "and resume every subtask paused with BudgetExceeded. Exit 0 done, 1 refused "
+            "or Temporal unusable, 2 no limit named."
+        ),
+    )
+    parser.add_argument("plan_id", metavar="PLAN", help="the plan (workflow) id")
+    parser.add_argument("--max-tokens", type=int, default=None, metavar="N")
+    parser.add_argument("--max-cost-usd", type=float, default=None, metavar="X")
+    parser.add_argument("--by", default=None, help="who decides (default user@host)")
+    parser.set_defaults(handler=cmd_budget)
+
+
+def cmd_budget(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from durable_plans.starter.operate_command import budget_command
+
+    try:
+        return asyncio.run(
+            budget_command(
+                args.plan_id,
+                max_tokens=args.max_tokens,
+                max_cost_usd=args.max_cost_usd,
+                by=args.by,
+            )
+        )
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
 # --------------------------------------------------------------------------- entry point
 
 _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
@@ -526,6 +642,10 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     _add_setup_parser,
     _add_codec_server_parser,
     _add_schemas_parser,
+    _add_retry_parser,
+    _add_subtask_action_parsers,
+    _add_budget_parser,
+    add_approval_parsers,
 )
 
 

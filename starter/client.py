@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 from temporalio.api.enums.v1 import TaskQueueType
@@ -18,6 +18,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
     Client,
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
@@ -78,6 +79,9 @@ _QUERY_TIMEOUT = timedelta(seconds=10)
 _GOAL_SUMMARY_CHARS = 200
 
 
+T = TypeVar("T")
+
+
 class PlanClientError(Exception):
     """Base of the errors this module raises; their text is meant for a person."""
 
@@ -109,7 +113,7 @@ class PlanStatusUnavailable(PlanClientError):
     """The plan exists but its status cannot be read now (e.g. no worker is running)."""
 
 
-async def connect(settings: Settings) -> Client:
+async def connect(settings: Settings, *, identity: str | None = None) -> Client:
     """A client wired by ``DurablePlansPlugin``: our payload encoding, and a worker built
     from it gets our workflows and sandbox settings.
 
@@ -118,6 +122,8 @@ async def connect(settings: Settings) -> Client:
 
     Raises ``TemporalUnreachable`` (naming the address) instead of the SDK's transport
     error, and gives up after a bounded time instead of hanging on a black-holed host.
+    ``identity`` (default: the SDK's ``pid@host``) is what the server records as the
+    client of each request, e.g. the operator who approved a tool call.
     """
     address = settings.temporal_address
     try:
@@ -127,6 +133,7 @@ async def connect(settings: Settings) -> Client:
                 namespace=settings.temporal_namespace,
                 **connect_options(settings.temporal_access),
                 plugins=[DurablePlansPlugin(settings=settings)],
+                identity=identity,
             ),
             timeout=_CONNECT_TIMEOUT_S,
         )
@@ -282,10 +289,14 @@ def settle_stopped(report: PlanReport) -> PlanReport:
 
 async def query_status(handle: WorkflowHandle[Any, Any]) -> PlanReport:
     """The live report from the running workflow (or a replay of a closed one)."""
+    return await query_plan(handle, STATUS_QUERY, PlanReport)
+
+
+async def query_plan(handle: WorkflowHandle[Any, Any], name: str, result_type: type[T]) -> T:
+    """Query ``name`` of a plan, bounded in time (a query needs a worker to answer it, and
+    one of a closed plan replays it); a plan that cannot answer is ``PlanStatusUnavailable``."""
     try:
-        report: PlanReport = await handle.query(
-            STATUS_QUERY, result_type=PlanReport, rpc_timeout=_QUERY_TIMEOUT
-        )
+        result: T = await handle.query(name, result_type=result_type, rpc_timeout=_QUERY_TIMEOUT)
     except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as err:
         raise PlanStatusUnavailable(f"plan '{handle.id}' did not answer: {err}") from err
     except RPCError as err:
@@ -295,7 +306,17 @@ async def query_status(handle: WorkflowHandle[Any, Any]) -> PlanReport:
                 "is a worker running (dplan-worker)?"
             ) from err
         raise
-    return report
+    return result
+
+
+async def describe_plan(client: Client, plan_id: str) -> WorkflowExecutionDescription:
+    """The plan's latest run as Temporal describes it; ``PlanNotFound`` when there is none."""
+    try:
+        return await client.get_workflow_handle(plan_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise PlanNotFound(plan_id, client.namespace) from err
+        raise
 
 
 async def plan_status(client: Client, plan_id: str) -> PlanReport:
@@ -324,12 +345,7 @@ async def notification_outcome(client: Client, plan_id: str) -> DeliveryOutcome 
 
     Read from the memo rather than a query, so a closed plan answers without a worker.
     """
-    try:
-        description = await client.get_workflow_handle(plan_id).describe()
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise PlanNotFound(plan_id, client.namespace) from err
-        raise
+    description = await describe_plan(client, plan_id)
     try:
         raw: Any = await description.memo_value(NOTIFY_MEMO_KEY, None)
         return None if raw is None else DeliveryOutcome.model_validate(raw)

@@ -147,6 +147,13 @@ def _print_table(rows: list[PlanRow], *, with_attributes: bool) -> None:
         ]
         table.add_row(*(Text(cell) for cell in cells))
     console.print(table)
+    for row in rows:
+        for subtask, why in (row.paused or {}).items():
+            console.print(
+                f"{row.plan_id}: {subtask} paused — {why} "
+                f"(dplan resume|skip {row.plan_id} {subtask})",
+                markup=False,
+            )
     if not with_attributes:
         console.print(
             "(search attributes not registered: run `dplan setup` for tokens, cost and "

@@ -45,12 +45,14 @@ _LOOK: Mapping[SubtaskStatus, tuple[str, str]] = {
     SubtaskStatus.FAILED: ("✗", "bold red"),
     SubtaskStatus.SKIPPED: ("↷", "yellow"),
     SubtaskStatus.CANCELLED: ("⊘", "magenta"),
+    SubtaskStatus.PAUSED: ("‖", "bold yellow"),
 }
 _PLAN_STYLE: Mapping[PlanStatus, str] = {
     PlanStatus.RUNNING: "cyan",
     PlanStatus.COMPLETED: "bold green",
     PlanStatus.FAILED: "bold red",
     PlanStatus.CANCELLED: "bold magenta",
+    PlanStatus.PAUSED: "bold yellow",
 }
 
 
@@ -85,6 +87,7 @@ def _counts_line(report: PlanReport) -> str:
         ("failed", c.failed),
         ("skipped", c.skipped),
         ("cancelled", c.cancelled),
+        ("paused", c.paused),
     ):
         if value:
             parts.append(f"{value} {label}")
@@ -163,11 +166,13 @@ class _PlainLines:
             symbol = _LOOK[result.status][0]
             line = f"[{_elapsed(time.monotonic() - self._started)}] {symbol} {result.id} "
             line += f"({result.agent}) {result.status.value}"
-            if result.status.is_terminal:
+            if result.status.is_terminal or result.status is SubtaskStatus.PAUSED:
                 line += f" · {_counts_line(report)}"
                 detail = _one_line(_detail(result, None), 100)
                 if detail:
                     line += f" — {detail}"
+            if result.status is SubtaskStatus.PAUSED:
+                line += f" (dplan resume|skip {report.plan_id} {result.id})"
             self._out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
@@ -211,7 +216,9 @@ async def follow_progress(
                 view.note = f"(status unavailable: {_one_line(str(err), 80)})"
             if plain is not None and view.report is not None:
                 plain.update(view.report)
-            if view.report is not None and view.report.status is not PlanStatus.RUNNING:
+            # Followed until every subtask is final: a plan that already failed may still
+            # have subtasks running, and a paused one waits for an operator.
+            if view.report is not None and view.report.subtasks and view.report.finished:
                 return
             await _sleep_or_done(interval_s, until)
 
@@ -271,7 +278,7 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
         table.add_row(
             Text(symbol, style=style),
             r.id,
-            Text(r.status.value, style=style),
+            Text(r.status.value + (f" ↻{r.retries}" if r.retries else ""), style=style),
             r.agent,
             str(r.llm_calls),
             f"{r.usage.total_tokens:,}",
@@ -282,6 +289,7 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
     totals = Text(
         f"completed {c.completed} · failed {c.failed} · skipped {c.skipped} · "
         f"cancelled {c.cancelled}"
+        + (f" · paused {c.paused}" if c.paused else "")
         + (f" · not finished {c.pending + c.running}" if c.pending + c.running else "")
         + f"  (of {c.total})"
     )
@@ -294,6 +302,16 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
     # The table cuts text to fit; why a subtask failed must never be cut, so it is
     # repeated in full below the table.
     for r in report.subtasks:
+        if r.status is SubtaskStatus.PAUSED and r.error is not None:
+            parts.append(
+                Text.assemble(
+                    ("‖ ", "bold yellow"),
+                    (r.id, "bold"),
+                    (f" paused: {r.error.type}: ", "yellow"),
+                    " ".join(r.error.message.split()),
+                    (f"  (dplan resume|skip {report.plan_id} {r.id})", "dim"),
+                )
+            )
         if r.status is SubtaskStatus.FAILED and r.error is not None:
             parts.append(
                 Text.assemble(

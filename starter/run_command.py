@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rich.console import Console
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 
 from durable_plans.activities.log import ensure_logging
 from durable_plans.domain.agents import AgentCatalog
@@ -290,28 +290,39 @@ async def _run(
         if no_wait:
             _announce_started(plan, url, json_output=json_output)
             return EXIT_OK
+        return await follow_to_report(conn, handle, plan, url, json_output=json_output)
 
-        waiting = wait_for_report(handle)
-        result: asyncio.Future[PlanReport] = asyncio.ensure_future(
-            conn.worker.watch(waiting) if conn.worker else waiting
-        )
-        try:
-            if not json_output:
-                await follow_progress(
-                    lambda: query_status(handle), plan=plan, web_url=url, until=result
-                )
-            report = await result
-        finally:
-            result.cancel()
-        _print_report(report, json_output=json_output, url=url)
-        if conn.embedded_db is not None and url:
-            temporal = Path(sys.executable).parent / "temporal"
-            _err(
-                "the embedded server stops with this command; its history is kept. To browse "
-                f"this run in Temporal Web:\n  {temporal} server start-dev --db-filename "
-                f"{conn.embedded_db}   # then open {url}"
+
+async def follow_to_report(
+    conn: Connection,
+    handle: WorkflowHandle[Any, PlanReport],
+    plan: Plan,
+    url: str | None,
+    *,
+    json_output: bool,
+) -> int:
+    """Show the plan's progress until it ends, print its report, return the exit code."""
+    waiting = wait_for_report(handle)
+    result: asyncio.Future[PlanReport] = asyncio.ensure_future(
+        conn.worker.watch(waiting) if conn.worker else waiting
+    )
+    try:
+        if not json_output:
+            await follow_progress(
+                lambda: query_status(handle), plan=plan, web_url=url, until=result
             )
-        return _exit_code(report)
+        report = await result
+    finally:
+        result.cancel()
+    _print_report(report, json_output=json_output, url=url)
+    if conn.embedded_db is not None and url:
+        temporal = Path(sys.executable).parent / "temporal"
+        _err(
+            "the embedded server stops with this command; its history is kept. To browse "
+            f"this run in Temporal Web:\n  {temporal} server start-dev --db-filename "
+            f"{conn.embedded_db}   # then open {url}"
+        )
+    return _exit_code(report)
 
 
 def _announce_started(plan: Plan, url: str | None, *, json_output: bool) -> None:
@@ -367,4 +378,5 @@ async def status_command(
         _print_report(report, json_output=json_output, url=url)
         if notification is not None:
             print(describe_notification(notification))
-    return EXIT_OK if report.status in (PlanStatus.RUNNING, PlanStatus.COMPLETED) else EXIT_FAILED
+    ok = (PlanStatus.RUNNING, PlanStatus.PAUSED, PlanStatus.COMPLETED)
+    return EXIT_OK if report.status in ok else EXIT_FAILED

@@ -168,6 +168,8 @@ class PlanRow:
     closed: datetime | None
     duration_s: float | None
     goal: str | None
+    # Subtasks paused on a failure and why ({id: "Type: message"}), from the memo.
+    paused: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -246,6 +248,10 @@ async def _row(execution: WorkflowExecution) -> PlanRow:
         status = attr_status
     else:
         status = _CLOSED_STATUS_NAMES.get(exec_status, exec_status.name.lower())
+    paused = memo.get(sa.PAUSED_MEMO)
+    paused = {str(k): str(v) for k, v in paused.items()} if isinstance(paused, dict) else None
+    if paused and status == sa.VisibilityStatus.RUNNING:  # attributes not registered
+        status = sa.VisibilityStatus.PAUSED.value
     total = memo.get("subtask_count")
     goal = attrs.get(sa.GOAL) or memo.get("goal")
     closed = execution.close_time
@@ -260,6 +266,7 @@ async def _row(execution: WorkflowExecution) -> PlanRow:
         closed=closed,
         duration_s=(closed - execution.start_time).total_seconds() if closed else None,
         goal=goal if isinstance(goal, str) else None,
+        paused=paused or None,
     )
 
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import describe_store_target, open_session_store
@@ -21,6 +22,12 @@ PG_DSN_ENV = "DPLAN_TEST_PG_DSN"
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 OpenStore = Callable[[], Awaitable[SessionStore]]
+
+# Hypothesis's per-example deadline is a timing assertion: on a loaded 2-core machine a
+# single example can take 250 ms once and 0.3 ms the next time, which fails a correct
+# test at random. Properties are about results; time limits live in bench/ only.
+hypothesis_settings.register_profile("dplan", deadline=None)
+hypothesis_settings.load_profile("dplan")
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -6,8 +6,10 @@ and the turn, so a replayed or retried step never writes twice. The loop only kn
 the conversation itself is read and written by the activities.
 
 Tools are dispatched by name: workspace tools run as the local activity ``run_tool``,
-delegation as its own LLM activity, ``spawn_subagent`` as a nested SubtaskWorkflow, and a
-workflow may add its own (SessionWorkflow's ``switch_agent`` and ``create_plan``) through
+delegation as its own LLM activity, ``spawn_subagent`` as a nested SubtaskWorkflow,
+``run_command`` and MCP servers' tools as regular activities with their own timeouts and
+retries (a command at most once unless declared idempotent), and a workflow may add its
+own (SessionWorkflow's ``switch_agent`` and ``create_plan``) through
 ``custom_tools``.
 """
 
@@ -16,12 +18,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflowError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+)
 
 with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.agents import DELEGATE_TOOL, SPAWN_TOOL, AgentCatalog, AgentSpec
+    from durable_plans.domain.approvals import ApprovalPolicy, effective_policy, needs_approval
     from durable_plans.domain.contracts import (
         ACT_APPEND_NOTES,
         ACT_CALL_LLM,
@@ -53,8 +63,28 @@ with workflow.unsafe.imports_passed_through():
         spawned_workflow_id,
     )
     from durable_plans.domain.models import Budget, Subtask, Usage
+    from durable_plans.domain.tool_contracts import (
+        ACT_ANSWER_TOOL_ERROR,
+        ACT_CALL_MCP_TOOL,
+        ACT_RUN_COMMAND,
+        CommandCallInput,
+        McpCallInput,
+        ToolCallAt,
+        ToolErrorInput,
+    )
+    from durable_plans.domain.tools_config import (
+        RUN_COMMAND_TOOL,
+        CommandPolicy,
+        McpServerTools,
+        McpToolSpec,
+        ToolSchema,
+        agent_mcp_tools,
+        mcp_tool_schemas,
+        requires_approval,
+    )
 
 from durable_plans.workflows import policies, versions
+from durable_plans.workflows.approvals import ApprovalDesk, edited_note
 from durable_plans.workflows.store_ops import store_op
 
 # A workflow's own tool: (assistant message id, turn, call index, call) → a note for the
@@ -84,6 +114,10 @@ class AgentLoop:
     # under this scope, so their ids never collide with anyone else's.
     child_scope: str = ""
     custom_tools: Mapping[str, CustomTool] = field(default_factory=dict)
+    # Where calls that need approval wait (the workflow's Updates decide them), and the
+    # plan's policy, which replaces the agent's own (None: the agent's).
+    approvals: ApprovalDesk | None = None
+    approval: ApprovalPolicy | None = None
     # Sent with every request but not stored (conversations); subtasks store theirs.
     system_prompt: str | None = None
     # A subtask's branch: built by the first LLM call, closed by the one that answers.
@@ -94,6 +128,16 @@ class AgentLoop:
     llm_calls: int = 0
     usage: Usage = field(default_factory=Usage)
     phase: str = "starting"
+    # The MCP servers' tools fixed when the plan started; the agent's ``mcp`` picks some.
+    mcp_servers: tuple[McpServerTools, ...] = ()
+
+    @property
+    def mcp_tools(self) -> dict[str, tuple[McpServerTools, McpToolSpec]]:
+        return agent_mcp_tools(self.spec.mcp, self.mcp_servers)
+
+    @property
+    def extra_tools(self) -> tuple[ToolSchema, ...]:
+        return mcp_tool_schemas(self.mcp_tools)
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -121,6 +165,7 @@ class AgentLoop:
                     root_session_id=self.root_session_id,
                     begin=self.begin,
                     close_on_answer=self.close_on_answer,
+                    extra_tools=self.extra_tools,
                 ),
                 result_type=LlmCallOutput,
                 start_to_close_timeout=params.llm_start_to_close,
@@ -158,6 +203,42 @@ class AgentLoop:
         )
 
     async def _run_call(self, message_id: str, index: int, ref: ToolCallRef) -> str | None:
+        """Carry out one tool call, once approved if it needs to be; returns a note for
+        the session, if any."""
+        policy = effective_policy(self.approval, self.spec.approval)
+        # A policy names the tool, or it is one that asks by default (run_command, unless
+        # the agent switched that off).
+        asks = needs_approval(ref.name, policy) or (
+            ref.name in self.tools and requires_approval(ref.name, self.spec.run_command)
+        )
+        if self.approvals is None or not asks or not workflow.patched(versions.TOOL_APPROVAL):
+            return await self._dispatch(message_id, index, ref, None)
+        self.phase = "waiting for approval"
+        decision = await self.approvals.ask(
+            session_id=self.session_id,
+            message_id=message_id,
+            scope=self.scope,
+            turn=self.turn,
+            index=index,
+            agent=self.spec.name,
+            policy=policy,
+            editable=self._runs_as_tool_activity(ref.name),
+        )
+        self.phase = "running tools"
+        if not decision.approved:
+            return None  # the rejection is the tool result; the model carries on
+        note = await self._dispatch(message_id, index, ref, decision.arguments)
+        if decision.arguments is None:
+            return note
+        return "\n".join(n for n in (edited_note(decision), note) if n)
+
+    def _runs_as_tool_activity(self, name: str) -> bool:
+        """Whether ``run_tool`` carries the call out (so its arguments may be replaced)."""
+        return name not in self.custom_tools and name not in (DELEGATE_TOOL, SPAWN_TOOL)
+
+    async def _dispatch(
+        self, message_id: str, index: int, ref: ToolCallRef, arguments: str | None
+    ) -> str | None:
         """Carry out one tool call; returns a note for the session, if any."""
         tools = self.tools
         custom = self.custom_tools.get(ref.name)
@@ -185,6 +266,20 @@ class AgentLoop:
             return None
         if ref.name == SPAWN_TOOL and SPAWN_TOOL in tools:
             return await self._spawn(message_id, index, ref)
+        at = ToolCallAt(
+            session_id=self.session_id,
+            message_id=message_id,
+            call_index=index,
+            scope=self.scope,
+            turn=self.turn,
+        )
+        if ref.name == RUN_COMMAND_TOOL and RUN_COMMAND_TOOL in tools:
+            await self._run_command(at, arguments)
+            return None
+        mcp = self.mcp_tools.get(ref.name)
+        if mcp is not None:
+            await self._call_mcp(at, *mcp, arguments)
+            return None
         inp = ToolCallInput(
             session_id=self.session_id,
             message_id=message_id,
@@ -192,6 +287,7 @@ class AgentLoop:
             scope=self.scope,
             turn=self.turn,
             allowed_tools=tools,
+            arguments=arguments,
         )
         if workflow.patched(versions.FEWER_ROUND_TRIPS):
             # A local activity: workspace tools take milliseconds and are idempotent
@@ -216,6 +312,85 @@ class AgentLoop:
                 retry_policy=params.tool_retry,
             )
         return None
+
+    def _approval_unavailable(self, name: str) -> bool:
+        """Whether ``name`` needs a person's approval by default that nobody can give here
+        (a loop without an approval desk); elsewhere ``_run_call`` has already waited for
+        the decision before the command runs."""
+        return self.approvals is None and requires_approval(name, self.spec.run_command)
+
+    async def _run_command(self, at: ToolCallAt, arguments: str | None = None) -> None:
+        """The guarded shell: a regular activity, not retried once started unless the
+        agent declared its commands idempotent; a lost run is answered as such."""
+        policy = self.spec.run_command or CommandPolicy()
+        if self._approval_unavailable(RUN_COMMAND_TOOL):
+            await self._answer_error(
+                at,
+                "run_command needs a person's approval for this agent and no approval can be "
+                "asked for here; the agents file can set "
+                f"[agents.{self.spec.name}.run_command] approval_required = false",
+            )
+            return
+        attempts = 3 if policy.idempotent else 1
+        try:
+            await workflow.execute_activity(
+                ACT_RUN_COMMAND,
+                CommandCallInput(call=at, policy=policy, arguments=arguments),
+                result_type=ToolCallOutput,
+                start_to_close_timeout=timedelta(seconds=policy.timeout_s + 30),
+                heartbeat_timeout=policies.SHORT_HEARTBEAT,
+                retry_policy=RetryPolicy(
+                    maximum_attempts=attempts, initial_interval=timedelta(seconds=1)
+                ),
+            )
+        except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise
+            await self._answer_error(
+                at,
+                f"the command's run was lost ({_why(err)}); it may have run in part: check "
+                "the workspace before running it again",
+            )
+
+    async def _call_mcp(
+        self,
+        at: ToolCallAt,
+        server: McpServerTools,
+        tool: McpToolSpec,
+        arguments: str | None = None,
+    ) -> None:
+        """One MCP tool call: an activity with the server's own timeout and attempts."""
+        try:
+            await workflow.execute_activity(
+                ACT_CALL_MCP_TOOL,
+                McpCallInput(call=at, server=server.server, tool=tool.name, arguments=arguments),
+                result_type=ToolCallOutput,
+                # The server's timeout is per call; the rest allows for starting it.
+                start_to_close_timeout=timedelta(seconds=server.timeout_s + 30),
+                heartbeat_timeout=policies.SHORT_HEARTBEAT,
+                retry_policy=RetryPolicy(
+                    maximum_attempts=server.max_attempts,
+                    initial_interval=timedelta(seconds=1),
+                    maximum_interval=timedelta(seconds=10),
+                    non_retryable_error_types=["McpConfig"],
+                ),
+            )
+        except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise
+            await self._answer_error(
+                at,
+                f"MCP server {server.server!r} failed on {tool.name} after "
+                f"{server.max_attempts} attempt(s): {_why(err)}",
+            )
+
+    async def _answer_error(self, at: ToolCallAt, text: str) -> None:
+        await workflow.execute_local_activity(
+            ACT_ANSWER_TOOL_ERROR,
+            ToolErrorInput(call=at, text=text),
+            result_type=ToolCallOutput,
+            start_to_close_timeout=timedelta(seconds=30),
+        )
 
     async def _spawn(self, message_id: str, index: int, ref: ToolCallRef) -> str | None:
         """A nested SubtaskWorkflow in its own child session; its summary is the result.
@@ -250,13 +425,18 @@ class AgentLoop:
             agents=self.catalog.agents,
             root_session_id=self.root_session_id,
             depth=self.depth + 1,
+            approval=self.approval,
+            mcp_tools=self.mcp_servers,
         )
+        child_workflow_id = spawned_workflow_id(workflow.info().workflow_id, child_id)
+        if self.approvals is not None:  # where `dplan approvals` looks for its calls
+            self.approvals.children.append(child_workflow_id)
         try:
             outcome = await workflow.execute_child_workflow(
                 SUBTASK_WORKFLOW,
                 child,
                 result_type=SubtaskOutcome,
-                id=spawned_workflow_id(workflow.info().workflow_id, child_id),
+                id=child_workflow_id,
                 static_summary=f"sub-agent {prep.agent}: {prep.task[:100]}",
             )
             ok, text, usage = True, outcome.result, outcome.usage
@@ -273,6 +453,9 @@ class AgentLoop:
             else:
                 text = str(cause or err)
             ok = False
+        finally:
+            if self.approvals is not None:
+                self.approvals.children.remove(child_workflow_id)
         self.usage = self.usage + usage
         await store_op(
             ACT_FINISH_SPAWN,
@@ -289,3 +472,11 @@ class AgentLoop:
         )
         short = short_session_id(prep.child_session_id)
         return f"[sub-agent {short} {'result' if ok else 'error'}] {text}"
+
+
+def _why(err: ActivityError) -> str:
+    cause = err.cause
+    while isinstance(cause, ActivityError) and cause.cause is not None:
+        cause = cause.cause
+    text = str(cause or err) or type(cause or err).__name__
+    return text[:300]

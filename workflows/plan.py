@@ -15,10 +15,12 @@ running ones finish, and continues with its progress carried in the input.
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RawValue
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import (
+    ActivityError,
     ApplicationError,
     CancelledError,
     ChildWorkflowError,
@@ -26,7 +28,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from durable_plans.domain.agents import BUILTIN_CATALOG, MAX_TURNS, AgentCatalog
+    from durable_plans.domain.agents import BUILTIN_CATALOG, MAX_TURNS, SPAWN_TOOL, AgentCatalog
     from durable_plans.domain.contracts import (
         ACT_BRANCH_SPEND,
         ACT_MERGE_RESULTS,
@@ -46,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         subtask_failure_details,
     )
     from durable_plans.domain.ids import (
+        attempt_key,
         branch_session_id,
         plan_run_id,
         plan_session_id,
@@ -54,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_plans.domain.inputs import InvalidInput, plan_input_from_value
     from durable_plans.domain.models import (
+        Budget,
         ErrorInfo,
         Plan,
         PlanReport,
@@ -62,10 +66,27 @@ with workflow.unsafe.imports_passed_through():
         SubtaskStatus,
         Usage,
     )
+    from durable_plans.domain.operations import (
+        CARRIED_STATE_QUERY,
+        RAISE_BUDGET_UPDATE,
+        RESUME_UPDATE,
+        SKIP_UPDATE,
+        BudgetRequest,
+        OperatorError,
+        SubtaskRequest,
+        merged_budget,
+        paused_problem,
+    )
     from durable_plans.domain.plan_loader import validate_plan
     from durable_plans.domain.scheduling import blocked_by_failure, ready_subtasks
+    from durable_plans.domain.tool_contracts import (
+        ACT_LIST_MCP_TOOLS,
+        ListMcpToolsInput,
+        ListMcpToolsOutput,
+    )
+    from durable_plans.domain.tools_config import McpServerTools
 
-from durable_plans.workflows import versions
+from durable_plans.workflows import policies, versions
 from durable_plans.workflows.notify import deliver_report, should_notify
 from durable_plans.workflows.raw_input import NO_INPUT, decode_input
 from durable_plans.workflows.store_ops import store_op
@@ -92,6 +113,11 @@ def default_session_id(plan: Plan) -> str:
     return plan_session_id(plan.id, plan.session_id)
 
 
+def refused(message: str) -> ApplicationError:
+    """An operator's update that cannot be carried out (its validator's answer)."""
+    return application_error(FailureType.INVALID_INPUT, message)
+
+
 def failure_of(err: BaseException) -> tuple[SubtaskStatus, ErrorInfo, SubtaskFailureDetails | None]:
     """Turn a child's failure into the report's status, error and what it had spent."""
     cause: BaseException | None = err.cause if isinstance(err, ChildWorkflowError) else err
@@ -110,6 +136,7 @@ def failure_of(err: BaseException) -> tuple[SubtaskStatus, ErrorInfo, SubtaskFai
 class PlanWorkflow:
     def __init__(self) -> None:
         self._plan: Plan | None = None
+        self._mcp_tools: tuple[McpServerTools, ...] | None = None
         self._results: dict[str, SubtaskResult] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._branches: dict[str, str] = {}
@@ -120,6 +147,14 @@ class PlanWorkflow:
         self._plan_run_id = ""
         self._merge_enabled = True
         self._visibility = PlanVisibility()
+        self._inp: PlanInput | None = None
+        # Earlier attempts of subtasks being run again (retry, resume): added to their
+        # next result. Removed once that result is in.
+        self._prior: dict[str, SubtaskResult] = {}
+        self._attempt: dict[str, int] = {}  # retries of the attempt each child runs
+        self._budget: Budget | None = None
+        self._paused_since: dict[str, float] = {}
+        self._pause_timers: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------------ queries
 
@@ -138,7 +173,8 @@ class PlanWorkflow:
                 results.append(done)
             else:
                 status = SubtaskStatus.RUNNING if st.id in self._running else SubtaskStatus.PENDING
-                results.append(SubtaskResult(id=st.id, status=status, agent=st.agent))
+                row = SubtaskResult(id=st.id, status=status, agent=st.agent)
+                results.append(self._with_prior(row) if st.id in self._prior else row)
         elapsed = workflow.now().timestamp() - self._started_at_s if self._started_at_s else 0.0
         return PlanReport.build(
             plan.id, results, duration_s=max(elapsed, 0.0), cancelled=self._cancelled
@@ -149,6 +185,178 @@ class PlanWorkflow:
         for sid in self._running:
             statuses[sid] = SubtaskStatus.RUNNING
         return statuses
+
+    def _with_prior(self, result: SubtaskResult) -> SubtaskResult:
+        """``result`` counting what earlier attempts of its subtask spent."""
+        prior = self._prior.get(result.id)
+        if prior is None:
+            return result
+        return result.model_copy(
+            update={
+                "llm_calls": prior.llm_calls + result.llm_calls,
+                "usage": prior.usage + result.usage,
+                "retries": prior.retries + 1,
+            }
+        )
+
+    def _finished(self, plan: Plan) -> bool:
+        return all(
+            (r := self._results.get(s.id)) is not None and r.status.is_terminal
+            for s in plan.subtasks
+        )
+
+    @workflow.query(name=CARRIED_STATE_QUERY)
+    def carried_state(self) -> PlanInput:
+        """What a continuation of this run starts from; ``dplan retry`` reads it (from a
+        replay, once the run has ended) to start a new run that keeps what completed."""
+        if self._inp is None or self._plan is None:
+            raise ApplicationError("the plan has not started yet")
+        return self._carry(self._inp)
+
+    def _carry(self, inp: PlanInput) -> PlanInput:
+        plan = inp.plan
+        return PlanInput(
+            plan=plan,
+            agents=inp.agents,
+            merge_results=inp.merge_results,
+            results=tuple(self._results[s.id] for s in plan.subtasks if s.id in self._results),
+            merged=tuple(self._merged),
+            branches=tuple(self._branches.items()),
+            started_at_s=self._started_at_s,
+            max_completions_per_run=inp.max_completions_per_run,
+            prior=tuple(self._prior[s.id] for s in plan.subtasks if s.id in self._prior),
+            budget=self._budget if self._budget != plan.budget else None,
+            paused_since=tuple(
+                (s.id, self._paused_since[s.id])
+                for s in plan.subtasks
+                if s.id in self._paused_since
+            ),
+            mcp_tools=self._mcp_tools,
+        )
+
+    # ------------------------------------------------------------------ operators
+
+    def _check_paused(self, request: SubtaskRequest) -> None:
+        """Validators refuse with ``InvalidInput`` naming the problem: the update is
+        rejected before it is written to the history."""
+        if self._plan is None:
+            raise refused("the plan has not started yet; try again in a moment")
+        problem = paused_problem(self._plan, self._results, request.subtask)
+        if problem is not None:
+            raise refused(problem)
+
+    @workflow.update(name=RESUME_UPDATE)
+    def resume_subtask(self, request: SubtaskRequest) -> str:
+        """Run a paused subtask again, on a fresh branch from the base session."""
+        self._resume(request.subtask)
+        workflow.logger.info("subtask %s resumed by %s", request.subtask, request.by or "?")
+        return f"subtask {request.subtask!r} resumed"
+
+    @resume_subtask.validator
+    def _validate_resume(self, request: SubtaskRequest) -> None:
+        self._check_paused(request)
+
+    @workflow.update(name=SKIP_UPDATE)
+    def skip_subtask(self, request: SubtaskRequest) -> str:
+        """Fail a paused subtask for good: its dependents are skipped, the plan will fail."""
+        paused = self._results[request.subtask]
+        assert paused.error is not None
+        who = f" by {request.by}" if request.by else ""
+        self._results[request.subtask] = paused.model_copy(
+            update={
+                "status": SubtaskStatus.FAILED,
+                "error": paused.error.model_copy(
+                    update={"message": f"{paused.error.message} (skipped{who} while paused)"}
+                ),
+            }
+        )
+        self._paused_since.pop(request.subtask, None)
+        self._changed = True
+        workflow.logger.info("subtask %s skipped by %s", request.subtask, request.by or "?")
+        return f"subtask {request.subtask!r} failed for good; its dependents are skipped"
+
+    @skip_subtask.validator
+    def _validate_skip(self, request: SubtaskRequest) -> None:
+        self._check_paused(request)
+
+    @workflow.update(name=RAISE_BUDGET_UPDATE)
+    def raise_budget(self, request: BudgetRequest) -> list[str]:
+        """Set new limits for subtasks started from now on and resume every subtask that
+        paused on the budget; returns the ids resumed."""
+        self._budget = merged_budget(self._budget, request)
+        resumed = [
+            sid
+            for sid, r in self._results.items()
+            if r.status is SubtaskStatus.PAUSED
+            and r.error is not None
+            and r.error.type == FailureType.BUDGET_EXCEEDED
+        ]
+        for sid in resumed:
+            self._resume(sid)
+        self._changed = True
+        workflow.logger.info("budget set to %s by %s", self._budget, request.by or "?")
+        return resumed
+
+    @raise_budget.validator
+    def _validate_budget(self, request: BudgetRequest) -> None:
+        if self._plan is None:
+            raise refused("the plan has not started yet; try again in a moment")
+        try:
+            merged_budget(self._budget, request)
+        except OperatorError as err:
+            raise refused(str(err)) from None
+
+    def _resume(self, sid: str) -> None:
+        """Back to pending with its attempt so far as the prior one: the scheduler starts it
+        again (its dependencies completed before it first ran)."""
+        self._prior[sid] = self._results.pop(sid)
+        self._paused_since.pop(sid, None)
+        self._changed = True
+
+    def _pause(self, plan: Plan, result: SubtaskResult) -> None:
+        """Hold a failed subtask for an operator, with a timer when the plan has one."""
+        self._results[result.id] = result.model_copy(update={"status": SubtaskStatus.PAUSED})
+        since = workflow.now().timestamp()
+        self._paused_since[result.id] = since
+        self._watch_pause(plan, result.id, since)
+
+    def _watch_pause(self, plan: Plan, sid: str, since: float) -> None:
+        if plan.pause_timeout_s is None:
+            return
+        remaining = plan.pause_timeout_s - (workflow.now().timestamp() - since)
+        self._pause_timers.append(
+            asyncio.create_task(self._pause_timeout(sid, since, max(remaining, 0.0)))
+        )
+
+    async def _pause_timeout(self, sid: str, since: float, seconds: float) -> None:
+        """Fail a subtask still paused (the same pause) when its time is up."""
+
+        def decided() -> bool:
+            return self._paused_since.get(sid) != since
+
+        try:
+            await workflow.wait_condition(decided, timeout=seconds)
+            return
+        except TimeoutError:
+            pass
+        paused = self._results.get(sid)
+        if decided() or paused is None or paused.error is None:
+            return
+        plan = self._plan
+        assert plan is not None
+        self._results[sid] = paused.model_copy(
+            update={
+                "status": SubtaskStatus.FAILED,
+                "error": paused.error.model_copy(
+                    update={
+                        "message": f"{paused.error.message} (paused longer than "
+                        f"pause_timeout_s={plan.pause_timeout_s:g})"
+                    }
+                ),
+            }
+        )
+        self._paused_since.pop(sid, None)
+        self._changed = True
 
     # ------------------------------------------------------------------ run
 
@@ -183,8 +391,20 @@ class PlanWorkflow:
         self._results = {r.id: r for r in inp.results}
         self._merged = list(inp.merged)
         self._branches = dict(inp.branches)
+        self._prior = {r.id: r for r in inp.prior}
+        self._budget = inp.budget or plan.budget
+        self._paused_since = dict(inp.paused_since)
+        self._inp = inp
         self._started_at_s = inp.started_at_s or workflow.now().timestamp()
         self._visibility.start(plan, self._report())
+        for sid, since in self._paused_since.items():
+            self._watch_pause(plan, sid, since)
+        if self._paused_since:  # continued while paused: say so in this run too
+            self._visibility.progress(self._report(), paused=self._paused_summary())
+
+        self._mcp_tools = inp.mcp_tools
+        if self._mcp_tools is None:
+            self._mcp_tools = await self._list_mcp_tools(plan, catalog)
 
         try:
             carried_over = await self._drive(plan, inp)
@@ -194,20 +414,7 @@ class PlanWorkflow:
             await self._notify(plan, self._report())
             raise
         if carried_over:
-            workflow.continue_as_new(
-                PlanInput(
-                    plan=plan,
-                    agents=inp.agents,
-                    merge_results=inp.merge_results,
-                    results=tuple(
-                        self._results[s.id] for s in plan.subtasks if s.id in self._results
-                    ),
-                    merged=tuple(self._merged),
-                    branches=tuple(self._branches.items()),
-                    started_at_s=self._started_at_s,
-                    max_completions_per_run=inp.max_completions_per_run,
-                )
-            )
+            workflow.continue_as_new(self._carry(inp))
 
         report = self._report()
         self._visibility.end(report)
@@ -223,6 +430,44 @@ class PlanWorkflow:
                 report,
             )
         return report
+
+    async def _list_mcp_tools(
+        self, plan: Plan, catalog: AgentCatalog
+    ) -> tuple[McpServerTools, ...] | None:
+        """The tools of the MCP servers this plan's agents may use, listed once (an
+        activity) and kept in the workflow, and carried on: every replay and every later
+        run of this plan sees the same tools. None when no agent uses one (no activity,
+        so plans without MCP, and runs recorded before it, issue the same commands)."""
+        used = {s.agent for s in plan.subtasks}
+        agents = [catalog.get(name) for name in sorted(used)]
+        if any(SPAWN_TOOL in a.tools for a in agents):  # may start any agent
+            agents = list(catalog.agents)
+        servers = sorted({entry.partition("/")[0] for a in agents for entry in a.mcp})
+        if not servers:
+            return None
+        try:
+            listed: ListMcpToolsOutput = await workflow.execute_activity(
+                ACT_LIST_MCP_TOOLS,
+                ListMcpToolsInput(servers=tuple(servers)),
+                result_type=ListMcpToolsOutput,
+                start_to_close_timeout=timedelta(minutes=2),
+                heartbeat_timeout=policies.SHORT_HEARTBEAT,
+                retry_policy=RetryPolicy(
+                    maximum_attempts=3, non_retryable_error_types=["McpConfig"]
+                ),
+            )
+        except ActivityError as err:
+            cause = err.cause
+            if isinstance(cause, CancelledError):
+                raise
+            why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+            raise ApplicationError(
+                f"plan {plan.id!r} cannot start: listing the tools of MCP servers "
+                f"{', '.join(servers)} failed: {why}",
+                type="McpToolsUnavailable",
+                non_retryable=True,
+            ) from None
+        return listed.servers
 
     async def _notify(self, plan: Plan, report: PlanReport) -> None:
         """Tell the plan's webhook how it ended, once the report is final (completed,
@@ -250,22 +495,25 @@ class PlanWorkflow:
             if not self._running:
                 if winding_down:
                     return True
-                if all(s.id in self._results for s in plan.subtasks):
+                if self._finished(plan):
                     await self._merge_ready(plan)
                     return False
                 stuck = [s.id for s in plan.subtasks if s.id not in self._results]
-                raise application_error(
-                    FailureType.SCHEDULER_STALLED,
-                    f"scheduler stalled with {len(stuck)} subtasks neither runnable nor blocked: "
-                    + ", ".join(stuck[:10]),
-                )
+                if self._paused_since:
+                    pass  # the rest waits for an operator (an update wakes the wait below)
+                else:
+                    raise application_error(
+                        FailureType.SCHEDULER_STALLED,
+                        f"scheduler stalled with {len(stuck)} subtasks neither runnable nor "
+                        "blocked: " + ", ".join(stuck[:10]),
+                    )
             await workflow.wait_condition(lambda: self._changed)
-            self._visibility.progress(self._report())
+            self._visibility.progress(self._report(), paused=self._paused_summary())
             limit = inp.max_completions_per_run
             if workflow.info().is_continue_as_new_suggested() or (
                 limit is not None and len(self._results) - results_at_start >= limit
             ):
-                winding_down = not all(s.id in self._results for s in plan.subtasks)
+                winding_down = not self._finished(plan)
 
     def _schedule(self, plan: Plan, inp: PlanInput, *, start_new: bool) -> None:
         """Skip what can never run, then start what can, up to ``max_parallel`` (no awaits)."""
@@ -290,16 +538,22 @@ class PlanWorkflow:
 
     def _start(self, plan: Plan, sid: str, inp: PlanInput) -> None:
         sub = plan.subtask(sid)
+        prior = self._prior.get(sid)
+        retries = prior.retries + 1 if prior is not None else 0
+        self._attempt[sid] = retries
         child_input = SubtaskInput(
             plan_run_id=self._plan_run_id,
             subtask=sub,
             base_session_id=default_session_id(plan),
             dependency_branches=tuple((d, self._branches[d]) for d in sub.depends_on),
             dependency_descriptions=tuple(plan.subtask(d).description for d in sub.depends_on),
-            budget=plan.budget,
+            budget=self._budget,
             agents=inp.agents,
             root_session_id=default_session_id(plan),
             depth=0,
+            retries=retries,
+            approval=plan.approval,
+            mcp_tools=self._mcp_tools or (),
         )
         self._running[sid] = asyncio.create_task(self._run_child(plan, sid, child_input))
 
@@ -316,37 +570,62 @@ class PlanWorkflow:
                 ),
             )
             self._branches[sid] = outcome.branch_session_id
-            self._results[sid] = SubtaskResult(
-                id=sid,
-                status=SubtaskStatus.COMPLETED,
-                agent=agent,
-                result=excerpt(outcome.result, excerpt_limit(plan)),
-                llm_calls=outcome.llm_calls,
-                usage=outcome.usage,
-                session_id=outcome.branch_session_id,
+            self._record(
+                SubtaskResult(
+                    id=sid,
+                    status=SubtaskStatus.COMPLETED,
+                    agent=agent,
+                    result=excerpt(outcome.result, excerpt_limit(plan)),
+                    llm_calls=outcome.llm_calls,
+                    usage=outcome.usage,
+                    session_id=outcome.branch_session_id,
+                )
             )
         except asyncio.CancelledError:
-            self._results[sid] = SubtaskResult(
-                id=sid,
-                status=SubtaskStatus.CANCELLED,
-                agent=agent,
-                error=ErrorInfo(type=FailureType.CANCELLED, message="the plan was cancelled"),
+            self._record(
+                SubtaskResult(
+                    id=sid,
+                    status=SubtaskStatus.CANCELLED,
+                    agent=agent,
+                    error=ErrorInfo(type=FailureType.CANCELLED, message="the plan was cancelled"),
+                )
             )
             raise
         except (ChildWorkflowError, FailureError) as err:
             status, error, details = failure_of(err)
-            self._results[sid] = SubtaskResult(
-                id=sid,
-                status=status,
-                agent=agent,
-                error=error,
-                llm_calls=details.llm_calls if details else 0,
-                usage=details.usage if details else Usage(),
-                session_id=details.branch_session_id if details else None,
+            result = self._record(
+                SubtaskResult(
+                    id=sid,
+                    status=status,
+                    agent=agent,
+                    error=error,
+                    llm_calls=details.llm_calls if details else 0,
+                    usage=details.usage if details else Usage(),
+                    session_id=details.branch_session_id if details else None,
+                )
             )
+            if status is SubtaskStatus.FAILED and plan.on_failure_of(sid) == "pause":
+                if error.type == FailureType.BUDGET_EXCEEDED and child_input.budget != self._budget:
+                    self._resume(sid)  # the budget was raised while it ran: go again
+                else:
+                    self._pause(plan, result)
         finally:
             self._running.pop(sid, None)
             self._changed = True
+
+    def _record(self, result: SubtaskResult) -> SubtaskResult:
+        """Keep a child's outcome, with its earlier attempts' spend added."""
+        result = self._with_prior(result)
+        self._prior.pop(result.id, None)
+        self._results[result.id] = result
+        return result
+
+    def _paused_summary(self) -> dict[str, str]:
+        return {
+            sid: f"{r.error.type}: {r.error.message}"
+            for sid, r in self._results.items()
+            if r.status is SubtaskStatus.PAUSED and r.error is not None
+        }
 
     async def _merge_ready(self, plan: Plan) -> None:
         """Merge completed results into the base session in declaration order.
@@ -360,7 +639,7 @@ class PlanWorkflow:
             if st.id in merged:
                 continue
             result = self._results.get(st.id)
-            if result is None:
+            if result is None or result.status is SubtaskStatus.PAUSED:
                 break
             if result.status is SubtaskStatus.COMPLETED and st.id in self._branches:
                 batch.append((st.id, self._branches[st.id]))
@@ -387,22 +666,25 @@ class PlanWorkflow:
         if not cancelled or not workflow.patched(versions.CANCELLED_SPEND):
             return
         base = default_session_id(plan)
-        branches = {sid: branch_session_id(base, self._plan_run_id, sid) for sid in cancelled}
+        keys = {sid: attempt_key(sid, self._attempt.get(sid, 0)) for sid in cancelled}
+        branches = {sid: branch_session_id(base, self._plan_run_id, keys[sid]) for sid in cancelled}
         out: BranchSpendOutput = await store_op(
             ACT_BRANCH_SPEND,
             BranchSpendInput(
                 entries=tuple(
-                    (sid, branches[sid], subtask_scope(self._plan_run_id, sid), MAX_TURNS)
+                    (sid, branches[sid], subtask_scope(self._plan_run_id, keys[sid]), MAX_TURNS)
                     for sid in cancelled
                 )
             ),
             result_type=BranchSpendOutput,
         )
         for spend in out.spends:
-            self._results[spend.subtask_id] = self._results[spend.subtask_id].model_copy(
+            row = self._results[spend.subtask_id]
+            before = row.llm_calls, row.usage  # earlier attempts' (``_record``)
+            self._results[spend.subtask_id] = row.model_copy(
                 update={
-                    "llm_calls": spend.llm_calls,
-                    "usage": spend.usage,
+                    "llm_calls": before[0] + spend.llm_calls,
+                    "usage": before[1] + spend.usage,
                     "session_id": branches[spend.subtask_id] if spend.branch_exists else None,
                 }
             )
@@ -414,8 +696,22 @@ class PlanWorkflow:
             task.cancel()
         await asyncio.gather(*running.values(), return_exceptions=True)
         await self._record_cancelled_spend(plan, list(running))
+        for sid, paused in list(self._results.items()):
+            if paused.status is SubtaskStatus.PAUSED and paused.error is not None:
+                self._results[sid] = paused.model_copy(
+                    update={
+                        "status": SubtaskStatus.CANCELLED,
+                        "error": ErrorInfo(
+                            type=FailureType.CANCELLED,
+                            message="the plan was cancelled while this subtask was paused "
+                            f"({paused.error.type}: {paused.error.message})",
+                        ),
+                    }
+                )
+        self._paused_since.clear()
         for st in plan.subtasks:
             if st.id not in self._results:
+                prior = self._prior.get(st.id)  # resumed, but never started again
                 self._results[st.id] = SubtaskResult(
                     id=st.id,
                     status=SubtaskStatus.CANCELLED,
@@ -423,4 +719,7 @@ class PlanWorkflow:
                     error=ErrorInfo(
                         type=FailureType.CANCELLED, message="the plan was cancelled first"
                     ),
+                    llm_calls=prior.llm_calls if prior else 0,
+                    usage=prior.usage if prior else Usage(),
+                    retries=prior.retries if prior else 0,
                 )

@@ -28,6 +28,7 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
+    from durable_plans.domain.approvals import ApprovalDecision
     from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput, ToolCallRef
     from durable_plans.domain.failures import (
         FailureType,
@@ -76,10 +77,12 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from durable_plans.workflows.agent_loop import AgentLoop, CustomTool, LoopFailed
+from durable_plans.workflows.approvals import ApprovalHandlers
 from durable_plans.workflows.raw_input import NO_INPUT, decode_input
 from durable_plans.workflows.store_ops import store_op
 
 PLAN_AGENT = "orchestrator"
+MAX_CARRIED_DECISIONS = 200  # tool-call decisions a conversation keeps across continue-as-new
 
 
 def plan_summary(report: PlanReport) -> str:
@@ -97,7 +100,7 @@ def plan_summary(report: PlanReport) -> str:
 
 
 @workflow.defn(name="SessionWorkflow")
-class SessionWorkflow:
+class SessionWorkflow(ApprovalHandlers):
     @workflow.init
     def __init__(self, raw: RawValue = NO_INPUT) -> None:
         # Taken raw (see workflows/raw_input.py): a bad input must fail the workflow, not
@@ -130,6 +133,7 @@ class SessionWorkflow:
         self._plan_ids_this_turn: list[str] = []
         self._plan_attempts = 0
         self._followers: list[asyncio.Task[None]] = []
+        self.approval_desk.decided = {d.call_id: d for d in inp.approvals}
 
     # ------------------------------------------------------------------ run
 
@@ -158,8 +162,12 @@ class SessionWorkflow:
                 messages_handled=self._handled,
                 usage=self._usage,
                 max_messages_per_run=self._max_per_run,
+                approvals=self._recent_decisions(),
             )
         )
+
+    def _recent_decisions(self) -> tuple[ApprovalDecision, ...]:
+        return tuple(self.approval_desk.decided.values())[-MAX_CARRIED_DECISIONS:]
 
     def _time_to_continue(self) -> bool:
         if self._busy or self._running_plans:
@@ -182,6 +190,7 @@ class SessionWorkflow:
             events=tuple(self._events),
             plans=tuple(self._plans.values()),
             usage=self._usage,
+            approvals=self._recent_decisions(),
         )
 
     @workflow.query
@@ -289,7 +298,9 @@ class SessionWorkflow:
             child_scope=scope,
             custom_tools=custom,
             system_prompt=spec.system_prompt,
+            approvals=self.approval_desk,
         )
+        self.approval_desk.prefix = f"{n}."  # turns restart with each message
         self._pending_switch = None
         self._plan_ids_this_turn = []
         self._plan_attempts = 0

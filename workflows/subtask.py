@@ -27,15 +27,21 @@ with workflow.unsafe.imports_passed_through():
         SubtaskOutcome,
     )
     from durable_plans.domain.failures import activity_failure, subtask_failed_error
-    from durable_plans.domain.ids import branch_session_id, snapshot_id, subtask_scope
+    from durable_plans.domain.ids import (
+        attempt_key,
+        branch_session_id,
+        snapshot_id,
+        subtask_scope,
+    )
 
 from durable_plans.workflows import versions
 from durable_plans.workflows.agent_loop import AgentLoop, LoopFailed
+from durable_plans.workflows.approvals import ApprovalHandlers
 from durable_plans.workflows.store_ops import store_op
 
 
 @workflow.defn(name=SUBTASK_WORKFLOW)
-class SubtaskWorkflow:
+class SubtaskWorkflow(ApprovalHandlers):
     def __init__(self) -> None:
         self._loop: AgentLoop | None = None
 
@@ -57,9 +63,11 @@ class SubtaskWorkflow:
         catalog = AgentCatalog(agents=inp.agents) if inp.agents else BUILTIN_CATALOG
         spec = catalog.get(sub.agent)
         root = inp.root_session_id or inp.base_session_id
-        branch = branch_session_id(inp.base_session_id, inp.plan_run_id, sub.id)
-        snap = snapshot_id(inp.base_session_id, inp.plan_run_id, sub.id)
-        scope = subtask_scope(inp.plan_run_id, sub.id)
+        # A retried or resumed attempt works on a branch of its own, from the base.
+        key = attempt_key(sub.id, inp.retries)
+        branch = branch_session_id(inp.base_session_id, inp.plan_run_id, key)
+        snap = snapshot_id(inp.base_session_id, inp.plan_run_id, key)
+        scope = subtask_scope(inp.plan_run_id, key)
         loop = AgentLoop(
             session_id=branch,
             scope=scope,
@@ -69,7 +77,11 @@ class SubtaskWorkflow:
             budget=inp.budget,
             depth=inp.depth,
             child_scope=scope,
+            approvals=self.approval_desk,
+            approval=inp.approval,
+            mcp_servers=inp.mcp_tools,
         )
+        self.approval_desk.subtask = sub.id
         self._loop = loop
 
         begin = BeginSubtaskInput(
@@ -83,6 +95,7 @@ class SubtaskWorkflow:
             system_prompt=spec.system_prompt,
             root_session_id=root,
             depth=inp.depth,
+            retries=inp.retries,
         )
 
         def end(succeeded: bool) -> EndSubtaskInput:

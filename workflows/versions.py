@@ -28,3 +28,7 @@ SEARCH_ATTRIBUTES = "search-attributes-1"
 # A plan with ``notify`` delivers its report to a webhook when it ends (an activity, and
 # memo upserts saying how the delivery went).
 NOTIFY_WEBHOOK = "notify-webhook-1"
+
+# A tool call the approval policy names waits for an Update before it runs (first a local
+# activity reads its arguments); only runs with a policy take the path, and only new ones.
+TOOL_APPROVAL = "tool-approval-1"

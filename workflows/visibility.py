@@ -62,7 +62,10 @@ _STATUS_OF_REPORT = {
     PlanStatus.COMPLETED: sa.VisibilityStatus.COMPLETED,
     PlanStatus.FAILED: sa.VisibilityStatus.FAILED,
     PlanStatus.CANCELLED: sa.VisibilityStatus.CANCELLED,
+    PlanStatus.PAUSED: sa.VisibilityStatus.PAUSED,
 }
+
+PAUSED_REASON_CHARS = 300
 
 
 def search_attributes_registered() -> bool:
@@ -107,6 +110,7 @@ class PlanVisibility:
         self.enabled = False
         self._last: dict[str, Any] = {}
         self._last_at_s = 0.0
+        self._paused: dict[str, str] = {}
 
     def start(self, plan: Plan, report: PlanReport) -> None:
         """First task of a run: the memo, the decision, and ``running`` with the counts
@@ -123,17 +127,35 @@ class PlanVisibility:
                 first[sa.GOAL.name] = scrub_secrets(plan.goal)[:GOAL_CHARS]
             self._upsert(first)
 
-    def progress(self, report: PlanReport) -> None:
+    def progress(self, report: PlanReport, *, paused: dict[str, str] | None = None) -> None:
         """Counts, tokens and cost as they are now, if they changed and the last upsert is
-        at least ``PROGRESS_INTERVAL`` old; otherwise the next call or the end says it."""
+        at least ``PROGRESS_INTERVAL`` old; otherwise the next call or the end says it.
+
+        A pause, or its end, is said at once (status ``paused`` and, in the memo, which
+        subtasks and why): that is what an operator is looking for.
+        """
+        paused = paused or {}
+        if paused != self._paused:
+            self._say_paused(paused)
         if not self.enabled:
             return
-        if workflow.now().timestamp() - self._last_at_s < PROGRESS_INTERVAL.total_seconds():
-            return
-        self._upsert(self._values(report, sa.VisibilityStatus.RUNNING))
+        status = sa.VisibilityStatus.PAUSED if paused else sa.VisibilityStatus.RUNNING
+        due = workflow.now().timestamp() - self._last_at_s >= PROGRESS_INTERVAL.total_seconds()
+        if due or self._last.get(sa.STATUS.name) != status.value:
+            self._upsert(self._values(report, status))
+
+    def _say_paused(self, paused: dict[str, str]) -> None:
+        """The memo's ``paused`` entry; only runs that pause ever write it."""
+        self._paused = dict(paused)
+        reasons = {
+            sid: scrub_secrets(reason)[:PAUSED_REASON_CHARS] for sid, reason in paused.items()
+        }
+        workflow.upsert_memo({sa.PAUSED_MEMO: reasons or None})
 
     def end(self, report: PlanReport, status: PlanStatus | None = None) -> None:
         """The final status and totals (always, when anything changed)."""
+        if self._paused:
+            self._say_paused({})
         if not self.enabled:
             return
         final = _STATUS_OF_REPORT[status or report.status]

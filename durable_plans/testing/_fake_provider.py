@@ -20,6 +20,10 @@ request log is JSONL, one line per answered request, so another process can coun
 
 It prints ``READY <base_url>`` on stdout once listening. ``FakeProviderProcess`` wraps that.
 
+A request with ``"stream": true`` is answered as OpenAI streams: server-sent events of
+``chat.completion.chunk`` objects, the usage last when ``stream_options.include_usage``
+asks for it, then ``data: [DONE]`` (``chunk_delay_ms`` paces the events like tokens).
+
 Directive grammar (``AgentScenario``)
 -------------------------------------
 Directives are bracketed words in the LAST user message, so a plan's subtask description
@@ -132,6 +136,11 @@ class RecordedRequest:
     reason: str | None = None  # why it was rejected, for rejections
     delivered: bool = False  # the client was still connected when the answer went out
     finished: float | None = None
+    # What a completion served: its token counts (``prompt_tokens``, ``completion_tokens``)
+    # and the tools it called, so tests can hold the orchestrator's own accounting (its
+    # report, its metrics) against what the provider gave out.
+    usage: dict[str, int] | None = None
+    tool_calls: list[str] | None = None
     # The parsed JSON body, so tests can inspect exactly what the orchestrator sent.
     body: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -216,8 +225,6 @@ def _validate(raw: bytes) -> tuple[dict[str, Any] | None, _Invalid | None]:
         return body, _Invalid("'messages' must be a non-empty array", "missing_required_parameter")
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
         return body, _Invalid("every message must be an object with a 'role'", "invalid_value")
-    if body.get("stream"):
-        return body, _Invalid("streaming not supported by the fake", "unsupported_parameter")
     problems = strict_violations(messages)
     if problems:
         return body, _Invalid("Invalid 'messages': " + "; ".join(problems), "invalid_tool_messages")
@@ -243,9 +250,12 @@ class FakeProvider:
         port: int = 0,
         log_path: Path | str | None = None,
         log_bodies: bool = False,
+        chunk_delay_ms: float = 0.0,
     ) -> None:
         self.scenario: Scenario = scenario if scenario is not None else AgentScenario()
         self.latency_ms = latency_ms
+        # Between the events of a streamed answer (``"stream": true``), as tokens come.
+        self.chunk_delay_ms = chunk_delay_ms
         self.host = host
         self.port = port
         self.requests: list[RecordedRequest] = []
@@ -322,6 +332,8 @@ class FakeProvider:
         try:
             reply, chat = self._decide(record, body, invalid)
             await asyncio.sleep((self.latency_ms + reply.delay_ms) / 1000.0)
+            if isinstance(reply, Completion) and chat is not None and body and body.get("stream"):
+                return await self._stream(request, record, reply, chat)
             return self._send(request, record, reply, chat)
         finally:
             record.finished = time.time()
@@ -378,7 +390,10 @@ class FakeProvider:
         response: web.StreamResponse
         if isinstance(reply, Completion):
             assert chat is not None
-            response = web.json_response(_completion_body(chat, reply, record.body_hash))
+            body = _completion_body(chat, reply, record.body_hash)
+            record.usage = {k: body["usage"][k] for k in ("prompt_tokens", "completion_tokens")}
+            record.tool_calls = [spec.name for spec in reply.tool_calls]
+            response = web.json_response(body)
         elif isinstance(reply, HttpError):
             response = web.json_response(reply.body(), status=reply.status, headers=reply.headers)
         else:
@@ -388,12 +403,77 @@ class FakeProvider:
         record.status = response.status
         return response
 
+    async def _stream(
+        self, request: web.Request, record: RecordedRequest, reply: Completion, chat: ChatRequest
+    ) -> web.StreamResponse:
+        """The completion as OpenAI streams it: server-sent events of ``chat.completion.chunk``
+        (the text a few characters at a time, each tool call's id and name, then its
+        arguments), the finish reason, the usage when ``stream_options.include_usage``
+        asks for it, then ``data: [DONE]``. ``delivered`` means every event was written."""
+        body = _completion_body(chat, reply, record.body_hash)
+        record.kind = "completion"
+        record.usage = {k: body["usage"][k] for k in ("prompt_tokens", "completion_tokens")}
+        record.tool_calls = [spec.name for spec in reply.tool_calls]
+        response = web.StreamResponse(
+            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        record.status = 200
+        options = (chat.body or {}).get("stream_options")
+        with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        try:
+            await response.prepare(request)
+            for chunk in _stream_chunks(body, with_usage):
+                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                if self.chunk_delay_ms:
+                    await asyncio.sleep(self.chunk_delay_ms / 1000.0)
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+            record.delivered = True
+        except (ConnectionError, RuntimeError):
+            record.delivered = False  # the client went away mid-stream
+        return response
+
     def _write_log(self, record: RecordedRequest) -> None:
         if self._log is not None:
             # One write per line plus flush: a reader in another process sees whole lines.
             line = json.dumps(record.to_json(with_body=self._log_bodies))
             self._log.write(line + "\n")
             self._log.flush()
+
+
+STREAM_TEXT_CHARS = 8  # characters of answer text per streamed chunk
+STREAM_ARGUMENT_CHARS = 32  # characters of a tool call's arguments per streamed chunk
+
+
+def _stream_chunks(body: dict[str, Any], with_usage: bool) -> list[dict[str, Any]]:
+    """``body`` (a chat.completion) as the chat.completion.chunk objects OpenAI sends."""
+    base = {k: body[k] for k in ("id", "created", "model")}
+    base["object"] = "chat.completion.chunk"
+    choice = body["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    text = message.get("content") or ""
+    chunks += [
+        chunk({"content": text[i : i + STREAM_TEXT_CHARS]})
+        for i in range(0, len(text), STREAM_TEXT_CHARS)
+    ]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        start = {"index": index, "id": call["id"], "type": "function"}
+        start["function"] = {"name": call["function"]["name"], "arguments": ""}
+        chunks.append(chunk({"tool_calls": [start]}))
+        arguments = call["function"]["arguments"]
+        for i in range(0, len(arguments), STREAM_ARGUMENT_CHARS):
+            part = arguments[i : i + STREAM_ARGUMENT_CHARS]
+            piece = {"index": index, "function": {"arguments": part}}
+            chunks.append(chunk({"tool_calls": [piece]}))
+    chunks.append(chunk({}, choice["finish_reason"]))
+    if with_usage:
+        chunks.append({**base, "choices": [], "usage": body["usage"]})
+    return chunks
 
 
 def _kind_of(reply: Reply) -> Kind:
@@ -465,8 +545,10 @@ class FakeProviderProcess:
         scenario: str | None = None,
         log_bodies: bool = False,
         startup_timeout_s: float = 20.0,
+        chunk_delay_ms: float = 0.0,
     ) -> None:
         self.log_path = Path(log_path)
+        self.chunk_delay_ms = chunk_delay_ms
         self.log_bodies = log_bodies
         self.latency_ms = latency_ms
         self.port = port
@@ -483,6 +565,8 @@ class FakeProviderProcess:
     def start(self) -> None:
         cmd = [sys.executable, "-m", "durable_plans.testing", "--port", str(self.port)]
         cmd += ["--latency-ms", str(self.latency_ms), "--log", str(self.log_path)]
+        if self.chunk_delay_ms:
+            cmd += ["--chunk-delay-ms", str(self.chunk_delay_ms)]
         if self.scenario:
             cmd += ["--scenario", self.scenario]
         if self.log_bodies:
@@ -574,6 +658,7 @@ async def _serve(args: argparse.Namespace) -> None:
         port=args.port,
         log_path=args.log,
         log_bodies=args.log_bodies,
+        chunk_delay_ms=args.chunk_delay_ms,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -589,6 +674,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument(
+        "--chunk-delay-ms", type=float, default=0.0, help="between the events of a stream"
+    )
     parser.add_argument("--log", type=Path, default=None, help="JSONL request log")
     parser.add_argument("--log-bodies", action="store_true", help="log request bodies too")
     parser.add_argument("--scenario", default=None, help="module:callable (default: agent)")

@@ -29,8 +29,10 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from durable_plans.domain.approvals import ApprovalPolicy
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
+from durable_plans.domain.operations import RESUME_UPDATE, SubtaskRequest
 from durable_plans.domain.session_contracts import (
     AgentSwitchResult,
     SendMessageInput,
@@ -43,6 +45,7 @@ from durable_plans.domain.session_contracts import (
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
+from durable_plans.starter.approvals_command import decide, pending_calls
 from durable_plans.starter.replay_command import RunHistory, collect_runs, replay_runs, save_runs
 from durable_plans.testing import FakeProvider, FakeProviderProcess
 from durable_plans.worker import build_worker
@@ -185,6 +188,33 @@ async def case_session(env: Env) -> list[str]:
     return [handle.id]
 
 
+async def case_approval(env: Env) -> list[str]:
+    """(f) Tool calls waiting for approval (``tool-approval-1``): one approved, one
+    rejected with a reason, one approved with replaced arguments (Updates)."""
+    plan = plan_of(
+        "hist-approval",
+        [(sid, f"Look at the workspace ({sid})", "coder", []) for sid in ("ok", "no", "edit")],
+    ).model_copy(update={"approval": ApprovalPolicy(tools=("list_dir",))})
+    handle = await env.client.start_workflow(
+        "PlanWorkflow",
+        PlanInput(plan=plan),
+        id=plan.id,
+        task_queue=env.task_queue,
+        result_type=PlanReport,
+    )
+    deadline = time.monotonic() + 60
+    while len(rows := await pending_calls(env.client, plan.id)) < 3:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"case 'approval': calls never waited: {rows!r}")
+        await asyncio.sleep(0.05)
+    await decide(env.client, plan.id, "ok:0.0", approve=True, who="alice")
+    await decide(env.client, plan.id, "no:0.0", approve=False, who="bob", reason="not now")
+    await decide(env.client, plan.id, "edit:0.0", approve=True, who="carol", arguments="{}")
+    report = await handle.result()
+    _expect(report.status is PlanStatus.COMPLETED, "approval", report)
+    return [plan.id]
+
+
 async def case_crash(env: Env) -> list[str]:
     """(c) The worker process is SIGKILLed mid-plan; a second worker finishes the plan.
 
@@ -243,12 +273,40 @@ async def case_crash(env: Env) -> list[str]:
     return [plan.id]
 
 
+async def case_pause(env: Env) -> list[str]:
+    """(f) ``on_failure: pause``: a 401 pauses ``bad`` while ``indep`` completes; the
+    ``resume_subtask`` update runs it again on a fresh branch and the plan completes."""
+    plan = plan_of(
+        "hist-pause",
+        [
+            ("a", "Inspect the repository", "coder", []),
+            ("bad", "Call the provider [flaky:401x1]", "coder", ["a"]),
+            ("dep", "Use what bad produced", "coder", ["bad"]),
+            ("indep", "Write the docs", "coder", []),
+        ],
+    ).model_copy(update={"on_failure": "pause"})
+    handle = await env.client.start_workflow(
+        "PlanWorkflow", PlanInput(plan=plan), id=plan.id, task_queue=env.task_queue
+    )
+    while True:
+        report = await handle.query("status", result_type=PlanReport)
+        if report.status is PlanStatus.PAUSED:
+            break
+        await asyncio.sleep(0.05)
+    await handle.execute_update(RESUME_UPDATE, SubtaskRequest(subtask="bad", by="recorder"))
+    report = PlanReport.model_validate(await handle.result())
+    _expect(report.status is PlanStatus.COMPLETED, "pause", report)
+    return [plan.id]
+
+
 CASES: dict[str, Case] = {
     "success": case_success,
     "failure": case_failure,
     "crash": case_crash,
     "subagent": case_subagent,
     "session": case_session,
+    "pause": case_pause,
+    "approval": case_approval,
 }
 
 

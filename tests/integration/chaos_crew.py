@@ -15,14 +15,19 @@ from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import (
     Plan,
     PlanReport,
+    Usage,
 )
 from durable_plans.testing import FakeProviderProcess
 from tests.integration.chaos_support import (
     CallAudit,
     ChaosWorker,
+    CostAudit,
     WorkerCalls,
     audit_calls,
+    audit_cost,
+    call_ids,
     completions,
+    paid_answers,
     plan_branches,
     stored_answers,
     wait_until,
@@ -98,6 +103,7 @@ class Crew:
     workers: list[ChaosWorker] = field(default_factory=list)
     providers: list[FakeProviderProcess] = field(default_factory=list)
     stored_at_kill: dict[int, dict[str, int]] = field(default_factory=dict)
+    paid_at_kill: dict[int, dict[Any, Usage]] = field(default_factory=dict)
     kills: int = 0
 
     async def spawn(self) -> ChaosWorker:
@@ -117,6 +123,8 @@ class Crew:
         branches = plan_branches(plan, run_id)
         stored = await stored_answers(self.tmp / "sessions.db", branches)
         self.stored_at_kill[len(self.workers) - 1] = stored
+        paid = await paid_answers(self.tmp / "sessions.db", call_ids(plan, run_id))
+        self.paid_at_kill[len(self.workers) - 1] = paid
         self.kills += 1
 
     def completions(self) -> int:
@@ -131,13 +139,17 @@ class Crew:
         )
         return self.completions()
 
+    def worker_calls(self) -> list[WorkerCalls]:
+        return [
+            WorkerCalls(p.log_entries(), self.stored_at_kill.get(i))
+            for i, p in enumerate(self.providers)
+        ]
+
     def audit(self) -> CallAudit:
-        return audit_calls(
-            [
-                WorkerCalls(p.log_entries(), self.stored_at_kill.get(i))
-                for i, p in enumerate(self.providers)
-            ]
-        )
+        return audit_calls(self.worker_calls())
+
+    def audit_cost(self) -> CostAudit:
+        return audit_cost(self.worker_calls(), self.paid_at_kill)
 
     async def stop(self) -> None:
         await stop_all(self.workers, self.providers)

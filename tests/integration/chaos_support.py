@@ -43,9 +43,17 @@ from typing import IO, Any, TypeVar
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from durable_plans.activities.spend import call_ledger
 from durable_plans.domain import ids as domain_ids
 from durable_plans.domain.ids import merged_result_id, snapshot_id
-from durable_plans.domain.models import Message, Plan, PlanReport, PlanStatus, SubtaskStatus
+from durable_plans.domain.models import (
+    Message,
+    Plan,
+    PlanReport,
+    PlanStatus,
+    SubtaskStatus,
+    Usage,
+)
 from durable_plans.domain.tool_ids import strict_violations
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store import SessionNotFound
@@ -461,6 +469,109 @@ def audit_calls(workers: Sequence[WorkerCalls]) -> CallAudit:
         rejected,
         others,
     )
+
+
+# --------------------------------------------------------------------------- cost audit
+
+
+def call_ids(plan: Plan, run_id: str) -> dict[tuple[str, int], str]:
+    """(task text, turn) -> the id of that LLM call's answer (the paid ledger's key)."""
+    return {
+        (s.description, turn): domain_ids.assistant_message_id(
+            domain_ids.subtask_scope(run_id, s.id), turn
+        )
+        for s in plan.subtasks
+        for turn in range(turns_of(s.description) + 1)
+    }
+
+
+async def paid_answers(store_path: Path, calls: Mapping[tuple[str, int], str]) -> dict[Any, Usage]:
+    """What the paid ledgers held (``activities/spend.py``): (task, turn) -> usage.
+
+    Read right after a SIGKILL, it is every answer the dead worker (and those before it)
+    had received and recorded; what the provider delivered to it beyond that was lost in
+    transit, with the process, before anyone but the provider knew of it."""
+    store = await open_session_store(str(store_path))
+    try:
+        return {key: await store.total_usage(call_ledger(cid)) for key, cid in calls.items()}
+    finally:
+        await store.close()
+
+
+@dataclass
+class CostAudit:
+    served: dict[str, Usage]  # per task: every answer the providers delivered
+    lost: dict[str, Usage]  # per task: delivered to a worker that died before recording it
+    lost_answers: int
+    problems: list[str]
+
+
+def audit_cost(
+    workers: Sequence[WorkerCalls], paid_at_kill: Mapping[int, Mapping[Any, Usage]]
+) -> CostAudit:
+    """The tokens each subtask's answers cost, from the providers' own logs.
+
+    ``paid_at_kill[i]`` is what the paid ledgers held right after worker ``i`` was
+    SIGKILLed: of what was delivered to workers ``0..i``, the rest was lost in transit
+    with the dead workers. Whatever a kill lost must be whole answers of one call (each
+    delivery of one request is the same answer), at most one per call (a worker asks once),
+    and never an answer the store held at that kill. Workers after the last kill were not
+    killed and lose nothing."""
+    served: dict[str, Usage] = {}
+    delivered: dict[tuple[str, int], list[tuple[int, Usage]]] = {}
+    for index, worker in enumerate(workers):
+        for e in worker.entries:
+            if e.get("kind") == "completion" and e.get("delivered"):
+                task, turn = own_turn(e["body"]["messages"])
+                u = e["usage"]
+                usage = Usage(
+                    prompt_tokens=u["prompt_tokens"], completion_tokens=u["completion_tokens"]
+                )
+                served[task] = served.get(task, Usage()) + usage
+                delivered.setdefault((task, turn), []).append((index, usage))
+    lost: dict[str, Usage] = {}
+    problems: list[str] = []
+    lost_answers = 0
+    for (task, turn), answers in delivered.items():
+        answer = answers[0][1]
+        what = f"turn {turn} of {task!r}"
+        lost_before = 0
+        for i in sorted(paid_at_kill):
+            served_upto = sum(u.total_tokens for w, u in answers if w <= i)
+            recorded = paid_at_kill[i].get((task, turn), Usage()).total_tokens
+            lost_here = served_upto - recorded - lost_before
+            if lost_here == 0:
+                continue
+            if lost_here != answer.total_tokens:
+                problems.append(
+                    f"{what}: worker {i + 1} died with {recorded} tokens recorded of "
+                    f"{served_upto} served ({lost_before} lost before)"
+                )
+            elif (workers[i].stored_at_kill or {}).get(task, 0) > turn:
+                problems.append(f"{what}: lost although stored when worker {i + 1} died")
+            lost_before += lost_here
+            lost_answers += 1
+            lost[task] = lost.get(task, Usage()) + answer
+    return CostAudit(served, lost, lost_answers, problems)
+
+
+def check_cost(plan: Plan, report: PlanReport, audit: CostAudit) -> None:
+    """The report's usage, per subtask and in total, is exactly what the providers served
+    (less what was lost in transit to a killed worker, see ``audit_cost``)."""
+    assert audit.problems == [], audit.problems
+    tokens = ("prompt_tokens", "completion_tokens")
+    for sub, result in zip(plan.subtasks, report.subtasks, strict=True):
+        served = audit.served.get(sub.description, Usage())
+        expected = [
+            getattr(served, k) - getattr(audit.lost.get(sub.description, Usage()), k)
+            for k in tokens
+        ]
+        assert [getattr(result.usage, k) for k in tokens] == expected, (sub.id, result.usage)
+    total = Usage.total(audit.served.values())
+    lost = Usage.total(audit.lost.values())
+    assert [getattr(report.usage, k) for k in tokens] == [
+        getattr(total, k) - getattr(lost, k) for k in tokens
+    ], report.usage
 
 
 # --------------------------------------------------------------------------- invariants

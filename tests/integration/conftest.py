@@ -12,6 +12,7 @@ import shutil
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -123,32 +124,51 @@ async def provider() -> AsyncIterator[FakeProvider]:
         yield p
 
 
-@pytest.fixture
-async def harness(client: Client, provider: FakeProvider, tmp_path: Path) -> AsyncIterator[Harness]:
+def provider_settings(
+    client: Client, provider: FakeProvider, tmp: Path, *, prefix: str = "tq"
+) -> Settings:
+    """A worker's settings for one test: its own task queue, store and workspace under
+    ``tmp``, the fake provider as its model endpoint, the test server's address."""
     settings = Settings(
-        task_queue=f"tq-{uuid.uuid4().hex[:10]}",
+        temporal_address=client.service_client.config.target_host,
+        task_queue=f"{prefix}-{uuid.uuid4().hex[:10]}",
         model="openai/fake-model",
         subagent_model="openai/cheap-model",
         api_base=provider.base_url,
         api_key=FAKE_KEY,
-        session_store=str(tmp_path / "sessions.db"),
-        workspace=tmp_path / "workspace",
-        state_dir=tmp_path / "state",
+        session_store=str(tmp / "sessions.db"),
+        workspace=tmp / "workspace",
+        state_dir=tmp / "state",
         llm_timeout_s=30.0,
     )
     settings.workspace.mkdir(parents=True, exist_ok=True)
-    (settings.workspace / "README.md").write_text("# demo workspace\n")
+    return settings
+
+
+@asynccontextmanager
+async def running_worker(
+    client: Client, settings: Settings
+) -> AsyncIterator[tuple[Worker, SessionStore]]:
+    """An in-process worker (and its session store) for the block, shut down after it."""
     store = await open_session_store(settings.session_store)
     worker = build_worker(client, settings, store)
     task = asyncio.create_task(worker.run())
     try:
-        yield Harness(
-            client=client, settings=settings, store=store, provider=provider, worker=worker
-        )
+        yield worker, store
     finally:
         await worker.shutdown()
         await asyncio.gather(task, return_exceptions=True)
         await store.close()
+
+
+@pytest.fixture
+async def harness(client: Client, provider: FakeProvider, tmp_path: Path) -> AsyncIterator[Harness]:
+    settings = provider_settings(client, provider, tmp_path)
+    (settings.workspace / "README.md").write_text("# demo workspace\n")
+    async with running_worker(client, settings) as (worker, store):
+        yield Harness(
+            client=client, settings=settings, store=store, provider=provider, worker=worker
+        )
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.domain.contracts import PlanInput
+from durable_plans.domain.models import Usage
 from tests.integration.chaos_crew import (
     READY_TIMEOUT_S,
     RESULT_TIMEOUT_S,
@@ -41,6 +42,7 @@ from tests.integration.chaos_crew import (
 )
 from tests.integration.chaos_support import (
     bounded,
+    check_cost,
     check_plan,
     plan_run_id,
     random_plan,
@@ -102,9 +104,12 @@ async def chaos_round(seed: int, client: Client, address: str, tmp: Path, log: R
         await crew.stop()
 
     audit = crew.audit()
+    cost = crew.audit_cost()
     log.add(
         f"requests before/after kill1={at_kill[0]}/{audit.requests - at_kill[0]} "
-        f"repeats={audit.repeats} workers={len(crew.workers)}"
+        f"repeats={audit.repeats} workers={len(crew.workers)} "
+        f"tokens served={Usage.total(cost.served.values()).total_tokens} "
+        f"lost in transit={cost.lost_answers} answers"
     )
     assert audit.violations == [], audit.violations
     # A kill loses at most one answer per subtask running at that moment.
@@ -114,6 +119,8 @@ async def chaos_round(seed: int, client: Client, address: str, tmp: Path, log: R
     # Every LLM call the plan needs was answered, and none twice but as excused above.
     assert audit.distinct == expected, f"{audit.distinct} distinct calls, expected {expected}"
     await check_plan(client, tmp / "sessions.db", plan, report, handle.first_execution_run_id)
+    # Exact cost: every answer the providers served is in the report, repeats included.
+    check_cost(plan, report, cost)
 
 
 @dataclass

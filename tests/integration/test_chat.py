@@ -82,7 +82,9 @@ def _cli_env(stack: Stack, **extra: str) -> dict[str, str]:
     return {**env, **stack.env, **extra}
 
 
-async def run_cli(stack: Stack, args: list[str], stdin: str = "") -> tuple[int, str, str]:
+async def run_cli(
+    stack: Stack, args: list[str], stdin: str = "", **env: str
+) -> tuple[int, str, str]:
     """`python -m durable_plans.starter ARGS` with ``stdin`` piped in: (exit, stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -90,7 +92,7 @@ async def run_cli(stack: Stack, args: list[str], stdin: str = "") -> tuple[int, 
         "durable_plans.starter",
         *args,
         cwd=REPO_ROOT,
-        env=_cli_env(stack),
+        env=_cli_env(stack, **env),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -185,6 +187,39 @@ async def test_chat_over_a_pipe_then_resumed_by_a_new_process(stack: Stack, clie
         "state", result_type=SessionState
     )
     assert (state.agent, state.messages_handled, len(state.events)) == ("coder", 1, 1)
+
+
+async def test_chat_asks_inline_for_tool_calls_that_need_approval(
+    stack: Stack, client: Client, tmp_path: Path
+) -> None:
+    agents = tmp_path / "agents.toml"
+    agents.write_text('[approval]\ntools = ["list_dir"]\n\n[agents.ask]\nmax_turns = 4\n')
+    session = f"chat-approve-{uuid.uuid4().hex[:8]}"
+    script = "Hello there\ny\nAnd again\nn\nnot today\n/events\n/quit\n"
+    code, out, err = await run_cli(
+        stack, ["chat", "--session", session], script, DPLAN_AGENTS=str(agents)
+    )
+
+    assert code == 0, f"stdout:\n{out}\nstderr:\n{err}"
+    asked = re.findall(
+        r"approval needed: orchestrator wants to call list_dir \(call (\d+\.0\.0)\) with "
+        r'\{"path": "\."\}',
+        out,
+    )
+    assert asked == ["0.0.0", "1.0.0"], out
+    first = _between(out, "approved call 0.0.0 (list_dir)", "approval needed")
+    assert "orchestrator: Done: Hello there. Based on the tool result: " in first
+    assert "README.md" in first  # the call ran
+    second = _between(out, "rejected call 1.0.0 (list_dir)", "left conversation")
+    assert "did not run" in second and "not today" in second  # the model read the reason
+    assert re.search(r"  \S+@\S+ approved list_dir \(call 0\.0\.0\)$", out, re.MULTILINE), out
+    assert re.search(
+        r"  \S+@\S+ rejected list_dir \(call 1\.0\.0\)  reason: not today$", out, re.MULTILINE
+    ), out
+    state = await client.get_workflow_handle(session_workflow_id(session)).query(
+        "state", result_type=SessionState
+    )
+    assert [(d.call_id, d.approved) for d in state.approvals] == [("0.0.0", True), ("1.0.0", False)]
 
 
 async def test_end_finishes_the_conversation_for_good(stack: Stack, client: Client) -> None:

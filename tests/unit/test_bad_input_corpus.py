@@ -37,11 +37,14 @@ AGENTS_DIR = CORPUS / "agents"
 DPLAN = Path(sys.executable).with_name("dplan")
 
 ID_RULE = "(use 1-128 of A-Z a-z 0-9 _ . - and start with a letter or digit)"
-KNOWN_PLAN_FIELDS = "(known fields: id, goal, session_id, max_parallel, budget, subtasks, notify)"
+KNOWN_PLAN_FIELDS = (
+    "(known fields: id, goal, session_id, max_parallel, budget, subtasks, notify, "
+    "on_failure, pause_timeout_s, approval)"
+)
 KNOWN_AGENTS = "known agents: architect, ask, coder, debug, orchestrator)"
 KNOWN_TOOLS = (
     "known tools: list_dir, read_file, write_file, search_files, delegate_to_sub_agent, "
-    "spawn_subagent)"
+    "spawn_subagent, run_command)"
 )
 
 # File name -> one fragment per expected problem line, in report order. A fragment is the
@@ -207,7 +210,7 @@ AGENT_EXPECTATIONS: Mapping[str, tuple[str, ...]] = {
     ),
     "unknown_field.toml": (
         "agents.coder: unknown field 'temperature' "
-        "(known fields: system_prompt, tools, max_turns, model)",
+        "(known fields: system_prompt, tools, max_turns, model, approval, mcp, run_command)",
     ),
     "name_field.yaml": (
         "agents.reviewer: unknown field 'name' "

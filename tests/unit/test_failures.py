@@ -38,6 +38,7 @@ PERSISTED = {
     "MaxTurnsReached",
     "InvalidAgentSwitch",
     "InvalidInput",
+    "ApprovalRefused",
     "BadRequest",
     "ContextWindowExceeded",
     "ContentPolicy",

@@ -213,19 +213,51 @@ async def test_invalid_requests_get_an_openai_style_400(p: FakeProvider) -> None
     async with httpx.AsyncClient() as http:
         not_json = await http.post(url, content=b"{nope")
         no_model = await http.post(url, json={"messages": [{"role": "user", "content": "x"}]})
-        streaming = await http.post(
-            url, json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}
-        )
         # The path without /v1 is served too, as some clients strip it.
         plain = await http.post(
             url.replace("/v1/", "/"), json={"model": "m", "messages": user("hi")}
         )
-    for response in (not_json, no_model, streaming):
+    for response in (not_json, no_model):
         assert response.status_code == 400
         assert response.json()["error"]["type"] == "invalid_request_error"
-    assert streaming.json()["error"]["message"] == "streaming not supported by the fake"
     assert plain.status_code == 200 and plain.json()["choices"][0]["message"]["content"]
-    assert len(p.rejections) == 3
+    assert len(p.rejections) == 2
+
+
+async def test_a_streamed_answer_is_the_same_answer_in_chunks(p: FakeProvider) -> None:
+    """``"stream": true`` gets OpenAI's server-sent events; litellm reassembles exactly the
+    answer, tool call and usage the same request gets unstreamed."""
+    whole = await ask(p, user("Write the docs"))
+    for tools in (TOOLS, None):
+        stream = await lit().acompletion(
+            model="openai/fake-model",
+            api_base=p.base_url,
+            api_key=KEY,
+            messages=user("Write the docs"),
+            num_retries=0,
+            timeout=5.0,
+            stream=True,
+            stream_options={"include_usage": True},
+            **({"tools": tools} if tools else {}),
+        )
+        chunks = [chunk async for chunk in stream]
+        texts = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta]
+        built = lit().stream_chunk_builder(chunks)
+        message = built.choices[0].message
+        if tools:
+            expected = whole.choices[0].message.tool_calls[0]
+            assert message.tool_calls[0].function.name == expected.function.name
+            assert message.tool_calls[0].function.arguments == expected.function.arguments
+            assert built.choices[0].finish_reason == "tool_calls"
+            assert built.usage.prompt_tokens == whole.usage.prompt_tokens
+        else:
+            assert message.content.startswith("Done: Write the docs.")
+            assert len([t for t in texts if t]) > 1, "the text came in one piece"
+            assert built.choices[0].finish_reason == "stop"
+        assert built.usage.completion_tokens > 0
+    streamed = [r for r in p.requests if (r.body or {}).get("stream")]
+    assert [r.kind for r in streamed] == ["completion", "completion"]
+    assert all(r.delivered and r.usage for r in streamed)
 
 
 # --------------------------------------------------------------------------- faults

@@ -44,6 +44,7 @@ from durable_plans.domain.plan_loader import (
 )
 from durable_plans.domain.secrets import contains_secret, scrub_secrets, scrub_value
 from durable_plans.domain.tool_ids import repair_tool_pairing, strict_violations
+from durable_plans.domain.tools_config import CommandPolicy
 
 FUZZ = settings(
     max_examples=100,
@@ -213,6 +214,9 @@ def valid_agents_data(draw: st.DrawFn) -> dict[str, Any]:
             "model": good_text | st.none(),
         }
         body = draw(st.fixed_dictionaries({}, optional=optional))
+        tools: Any = body.get("tools", [])
+        if "run_command" in tools:
+            body["run_command"] = {"allow": ["python"], "approval_required": False}
         if name not in BUILTIN_AGENTS or draw(st.booleans()):
             body["system_prompt"] = draw(good_text)
         agents[name] = body
@@ -420,7 +424,12 @@ def test_valid_agents_data_is_accepted_as_written(data: dict[str, Any]) -> None:
     for name, body in data["agents"].items():
         spec = catalog.get(name)
         assert {k: getattr(spec, k) for k in body} == {
-            k: tuple(v) if isinstance(v, list) else v for k, v in body.items()
+            k: CommandPolicy.model_validate(v)
+            if k == "run_command"
+            else tuple(v)
+            if isinstance(v, list)
+            else v
+            for k, v in body.items()
         }
     _assert_carried_by_temporal(catalog)
 

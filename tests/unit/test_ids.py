@@ -32,6 +32,8 @@ GOLDEN: list[tuple[str, str, str]] = [
     ("plan_session_id", ids.plan_session_id("p1", None), "plan-p1"),
     ("plan_session_id given", ids.plan_session_id("p1", "s9"), "s9"),
     ("branch_session_id", ids.branch_session_id("s1", "p1.abc", "a"), "s1:p1.abc:a:branch"),
+    ("attempt_key first", ids.attempt_key("build", 0), "build"),
+    ("attempt_key retried", ids.attempt_key("build", 2), "build~2"),
     ("snapshot_id", ids.snapshot_id("s1", "p1.abc", "a"), "s1:p1.abc:a"),
     ("switch_snapshot_id", ids.switch_snapshot_id("m-1"), "m-1:before-switch"),
     (

@@ -7,6 +7,7 @@ needed: the Replayer runs the workflow code against the recorded events alone.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import Counter
 from datetime import timedelta
@@ -36,6 +37,8 @@ CURRENT = HISTORIES / CURRENT_SHAPE
 SHAPES = (FIRST_RELEASE, CURRENT)
 FILES = sorted(HISTORIES.glob("*/*/*.json"))
 CASES = ("success", "failure", "crash", "subagent", "session")
+# Cases recorded only in later shapes (their feature did not exist before).
+LATER_CASES = {CURRENT.name: ("pause", "approval")}
 SUCCESS_SUBTASK = CURRENT / "success" / "hist-success__a.0.json"
 PATCH_MARKER = "core_patch"
 
@@ -60,13 +63,18 @@ def _markers(path: Path) -> list[str]:
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda p: p.name)
 def test_every_case_is_recorded_with_the_workflows_it_is_about(shape: Path) -> None:
     """Guards the parametrized test below against passing on an empty or partial set."""
-    assert {p.parent.name for p in FILES if p.parent.parent == shape} == set(CASES)
+    expected = {*CASES, *LATER_CASES.get(shape.name, ())}
+    assert {p.parent.name for p in FILES if p.parent.parent == shape} == expected
     assert _types(shape / "success") == {"PlanWorkflow": 1, "SubtaskWorkflow": 4}
     assert _types(shape / "failure") == {"PlanWorkflow": 1, "SubtaskWorkflow": 3}  # 1 skipped
     assert _types(shape / "crash") == {"PlanWorkflow": 1, "SubtaskWorkflow": 4}
     # The spawned sub-agent is a SubtaskWorkflow nested under the subtask that spawned it.
     assert _types(shape / "subagent") == {"PlanWorkflow": 1, "SubtaskWorkflow": 3}
     assert (shape / "subagent" / "hist-subagent__spawn__coder-0-0.0.json").exists()
+    if shape == CURRENT:  # three calls waited; Updates decided them (tool-approval-1)
+        assert _types(shape / "approval") == {"PlanWorkflow": 1, "SubtaskWorkflow": 3}
+        patch_id = base64.b64encode(b'"tool-approval-1"').decode().rstrip("=")  # marker data
+        assert all(patch_id in p.read_text() for p in (shape / "approval").glob("*__*.json"))
     # Continue-as-new after each of two messages: three runs of one workflow id.
     assert sorted(p.name for p in (shape / "session").glob("*.json")) == [
         f"session__hist-session.{i}.json" for i in range(3)

@@ -206,3 +206,14 @@ def test_no_documented_variable_is_dead_and_none_read_is_undocumented() -> None:
         name for name in read - documented if not name.startswith(("TEMPORAL_GRPC_META",))
     )
     assert undocumented == [], f"read by the code but not in README's table: {undocumented}"
+
+
+def test_metrics_port_and_otlp_endpoint() -> None:
+    s = Settings.from_env(
+        {"DPLAN_METRICS_PORT": "9464", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel:4318"}
+    )
+    assert (s.metrics_port, s.otlp_endpoint) == (9464, "http://otel:4318")
+    assert (Settings.from_env({}).metrics_port, Settings.from_env({}).otlp_endpoint) == (None, None)
+    for bad in ("nine", "0", "70000"):
+        with pytest.raises(SettingsError, match="DPLAN_METRICS_PORT"):
+            Settings.from_env({"DPLAN_METRICS_PORT": bad})

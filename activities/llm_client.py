@@ -1,0 +1,242 @@
+"""The worker's one LLM client: litellm's providers, without litellm's per-call machinery.
+
+``litellm.acompletion`` does a great deal on every call that a worker does not need: it
+builds a logging object and runs its callbacks, resolves the provider and the model's
+price again, builds the request in a thread, sends it through the OpenAI SDK (which walks
+every message and tool schema through its type transforms), wraps the answer in pydantic
+objects and computes its cost, which the activity then computed a second time. With five
+subtasks on two cores, that CPU is what the plan waits for (bench/RESULTS.md, issue 15).
+
+``LlmClient`` is built once per worker and keeps what can be known once:
+
+* per model: the provider, base URL, key and price, resolved by litellm
+  (``get_llm_provider``, ``get_model_info``) on first use and cached;
+* one shared aiohttp session (one connection pool) for every call.
+
+For OpenAI-compatible chat endpoints (``openai/...`` with or without ``api_base``,
+``openrouter/...``, ``litellm_proxy/...``), a call is then one JSON POST and one JSON
+parse; the answer is a light attribute view of the provider's JSON, and its cost is
+tokens x the cached price. HTTP errors are mapped to litellm's exception types by
+litellm's own ``exception_type`` (so ``llm_errors`` classifies them as before), dropped
+connections and timeouts to litellm's ``APIConnectionError`` / ``Timeout``.
+
+Everything else — another provider (Anthropic, Bedrock, Vertex, the built-in scripted
+model...), a streaming call, an argument this path does not know — goes through
+``litellm.acompletion`` as before: the lean path is a shortcut, never a second provider
+implementation. The shortcut is opt-in (``DPLAN_LLM_LEAN=1``, ``Settings.llm_lean``): by
+default every call is ``litellm.acompletion``, on the shared route and price caches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+__all__ = ["LEAN_PROVIDERS", "LlmClient"]
+
+# Providers whose chat endpoint is OpenAI's, request and response as they are.
+LEAN_PROVIDERS = frozenset({"openai", "openrouter", "litellm_proxy"})
+# Arguments the lean path sends as they are; any other one takes litellm's full path.
+_KNOWN_KWARGS = frozenset(
+    {"model", "messages", "tools", "num_retries", "timeout", "api_base", "api_key"}
+)
+_KEY_ENV = {
+    "openai": "OPENAI_API_KEY",
+    "openrouter": "OPENROUTER_API_KEY",
+    "litellm_proxy": "LITELLM_PROXY_API_KEY",
+}
+_BASE_ENV = {"litellm_proxy": "LITELLM_PROXY_API_BASE"}
+
+
+@dataclass(frozen=True)
+class _Route:
+    """What litellm resolved for one (model, api_base, api_key), once."""
+
+    model: str  # the name the provider knows
+    provider: str
+    url: str | None  # None: not an OpenAI-compatible route; use litellm.acompletion
+    key: str | None
+    input_cost: float
+    output_cost: float
+    flat_price: bool  # False: tiered or unknown shape; ask litellm per call
+    headers: dict[str, str] = field(default_factory=dict)  # sent with every request
+
+
+def _view(value: Any) -> Any:
+    """JSON as attribute access (``response.choices[0].message.content``), as litellm's
+    response objects offer it; missing attributes read as ``None`` through ``getattr``."""
+    if isinstance(value, dict):
+        return SimpleNamespace(**{k: _view(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return [_view(v) for v in value]
+    return value
+
+
+class LlmClient:
+    """One per worker: ``await client.acompletion(**kwargs)`` takes litellm's arguments
+    and returns a response with litellm's attribute shape."""
+
+    def __init__(self, litellm: Any, *, lean: bool = False) -> None:
+        self._litellm = litellm
+        self._lean = lean
+        self._routes: dict[tuple[str, str | None, str | None], _Route] = {}
+        self._session: Any = None  # aiohttp.ClientSession, made on the worker's loop
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # ------------------------------------------------------------------ routing
+
+    def route(self, model: str, api_base: str | None, api_key: str | None) -> _Route:
+        key = (model, api_base, api_key)
+        found = self._routes.get(key)
+        if found is None:
+            found = self._routes[key] = self._resolve(model, api_base, api_key)
+        return found
+
+    def _resolve(self, model: str, api_base: str | None, api_key: str | None) -> _Route:
+        litellm = self._litellm
+        try:
+            name, provider, dynamic_key, base = litellm.get_llm_provider(
+                model=model, api_base=api_base, api_key=api_key
+            )
+        except Exception:
+            return _Route(model, "", None, None, 0.0, 0.0, False)  # litellm will say why
+        input_cost, output_cost, flat = 0.0, 0.0, True
+        try:
+            info = litellm.get_model_info(model=name, custom_llm_provider=provider)
+            input_cost = float(info.get("input_cost_per_token") or 0.0)
+            output_cost = float(info.get("output_cost_per_token") or 0.0)
+            # Prices that change with the prompt's size are litellm's to compute.
+            flat = not any("_above_" in k and v for k, v in info.items())
+        except Exception:
+            pass  # an unpriced model is not an error; tokens are still counted
+        url = None
+        if provider in LEAN_PROVIDERS:
+            base = api_base or base or os.environ.get(_BASE_ENV.get(provider, ""), "")
+            if provider == "openai" and not base:  # litellm's own order of precedence
+                base = (
+                    os.environ.get("OPENAI_BASE_URL")
+                    or os.environ.get("OPENAI_API_BASE")
+                    or "https://api.openai.com/v1"
+                )
+            key = api_key or dynamic_key or os.environ.get(_KEY_ENV[provider])
+            if base:
+                url = base.rstrip("/") + "/chat/completions"
+            headers = {"Content-Type": "application/json"}
+            if key:
+                headers["Authorization"] = f"Bearer {key}"
+            organization = os.environ.get("OPENAI_ORGANIZATION")
+            if organization and provider == "openai":
+                headers["OpenAI-Organization"] = organization
+            return _Route(name, provider, url, key, input_cost, output_cost, flat, headers)
+        return _Route(name, provider, None, None, input_cost, output_cost, flat)
+
+    # ------------------------------------------------------------------ calls
+
+    async def acompletion(self, **kwargs: Any) -> Any:
+        route = self.route(kwargs["model"], kwargs.get("api_base"), kwargs.get("api_key"))
+        if not self._lean or route.url is None or not _KNOWN_KWARGS.issuperset(kwargs):
+            return await self._litellm.acompletion(**kwargs)
+        body: dict[str, Any] = {"model": route.model, "messages": kwargs["messages"]}
+        if kwargs.get("tools"):
+            body["tools"] = kwargs["tools"]
+        status, text, response_headers = await self._post(
+            route, body, route.headers, seconds=kwargs.get("timeout")
+        )
+        if status >= 400:
+            raise self._http_error(route, status, text, response_headers)
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise self._litellm.APIError(
+                status_code=500,
+                message=f"the provider's answer is not JSON: {text[:200]!r}",
+                llm_provider=route.provider,
+                model=route.model,
+            ) from None
+        if not isinstance(data, dict):
+            data = {}
+        response = _view(data)
+        response._hidden_params = {"response_cost": self._cost(route, data)}
+        return response
+
+    async def _post(
+        self, route: _Route, body: dict[str, Any], headers: dict[str, str], *, seconds: Any
+    ) -> tuple[int, str, dict[str, str]]:
+        import aiohttp
+
+        litellm = self._litellm
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        total = float(seconds) if isinstance(seconds, (int, float)) else None
+        assert route.url is not None
+        try:
+            async with self._session.post(
+                route.url,
+                data=json.dumps(body, ensure_ascii=False),
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=total),
+            ) as resp:
+                return resp.status, await resp.text(), dict(resp.headers)
+        except TimeoutError:
+            raise litellm.Timeout(
+                message=f"no answer within {total} s",
+                model=route.model,
+                llm_provider=route.provider,
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise litellm.APIConnectionError(
+                message=f"Connection error ({type(exc).__name__}: {exc})",
+                llm_provider=route.provider,
+                model=route.model,
+            ) from exc
+
+    def _http_error(
+        self, route: _Route, status: int, text: str, headers: dict[str, str]
+    ) -> BaseException:
+        """litellm's exception for this status and body, as its own OpenAI path maps it."""
+        import httpx
+        from litellm.llms.openai.common_utils import OpenAIError
+
+        message = text
+        try:
+            err = json.loads(text).get("error")
+            if isinstance(err, dict) and err.get("message"):
+                message = str(err["message"])
+        except (ValueError, AttributeError):
+            pass
+        original = OpenAIError(status_code=status, message=message, headers=httpx.Headers(headers))
+        try:
+            mapped = self._litellm.exception_type(
+                model=route.model,
+                original_exception=original,
+                custom_llm_provider=route.provider,
+                completion_kwargs={},
+                extra_kwargs={},
+            )
+        except Exception as raised:  # exception_type raises the mapped exception
+            return raised
+        return mapped if isinstance(mapped, BaseException) else original
+
+    def _cost(self, route: _Route, data: dict[str, Any]) -> float:
+        usage = data.get("usage") or {}
+        prompt = int(usage.get("prompt_tokens") or 0)
+        completion = int(usage.get("completion_tokens") or 0)
+        if route.flat_price:
+            return prompt * route.input_cost + completion * route.output_cost
+        try:
+            cost_in, cost_out = self._litellm.cost_per_token(
+                model=route.model,
+                custom_llm_provider=route.provider,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+            )
+            return float(cost_in) + float(cost_out)
+        except Exception:
+            return 0.0

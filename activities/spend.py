@@ -1,0 +1,51 @@
+"""Exact cost: every answer the provider returned is paid for, and counted, once per attempt.
+
+An LLM call answered, then lost with its worker before the answer was stored, is asked
+again on retry: the provider is paid twice. The stored answer (the truth for the
+conversation) can only say what one answer cost, so what was *paid* is recorded apart,
+the moment an answer arrives and before anything else is done with it: one ledger entry
+per attempt (``<call>#attempt-<n>``; attempts of one activity have distinct numbers, even
+two that overlap), in a ledger of the call's own (``paid:<call>``) and in the root
+session's budget ledger. The session store's ``charge`` is idempotent per entry and
+returns the ledger's total, so the call's total is read back in the same step.
+
+What the activity reports to its workflow (and so the plan report) is that total: the
+sum over every attempt that got an answer, including answers never stored. A call
+answered before this ledger existed has no entries; its stored answer's usage stands.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from durable_plans.domain.models import Usage
+from durable_plans.session_store import SessionStore
+
+__all__ = ["call_ledger", "paid_for", "record_paid"]
+
+
+def call_ledger(call_id: str) -> str:
+    """The ledger (a charge root of its own) holding every answer paid for ``call_id``."""
+    return f"paid:{call_id}"
+
+
+def _attempt_entry(call_id: str) -> str:
+    attempt = activity.info().attempt if activity.in_activity() else 1
+    return f"{call_id}#attempt-{attempt}"
+
+
+async def record_paid(store: SessionStore, root: str, call_id: str, usage: Usage) -> Usage:
+    """Record an answer this attempt received for ``call_id`` (and charge it to ``root``'s
+    budget); returns everything paid for ``call_id`` so far, this answer included."""
+    entry = _attempt_entry(call_id)
+    total = await store.charge(call_ledger(call_id), entry, usage)
+    if root:
+        await store.charge(root, entry, usage)
+    return total
+
+
+async def paid_for(store: SessionStore, call_id: str, stored: Usage) -> Usage:
+    """Everything paid for ``call_id``; ``stored`` (the stored answer's usage) for a call
+    answered before the paid ledger existed."""
+    total = await store.total_usage(call_ledger(call_id))
+    return total if total != Usage() else stored

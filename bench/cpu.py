@@ -1,0 +1,563 @@
+"""Worker CPU per subtask, side by side: ours, ours at another commit, and peers.
+
+    python -m bench.cpu [--short] [--widths 4,5] [--layers 4] [--latency-ms 500]
+                        [--repeats 1] [--before REV_OR_DIR] [--no-peers]
+
+When five subtasks run at once on two cores, the CPU each one costs the worker is what
+they wait for. This benchmark measures that CPU directly, not wall time: every runner is
+its own worker *process* on one shared dev server and one fake provider process, and the
+benchmark reads the worker's and the dev server's CPU time (``/proc/PID/stat``, user +
+system) right before and right after each plan. Runners are alternated run by run, so
+each sees the same machine load.
+
+The DAG: ``--layers`` layers of ``--width`` subtasks, each subtask depending on the whole
+previous layer; each subtask is an agent loop of two LLM calls and one tool call
+(``list_dir``), 500 ms provider latency. Ideal plan time: layers x 2 x latency.
+
+Runners:
+
+* ``ours``: this tree's worker (``durable_plans.worker``: PlanWorkflow → one
+  SubtaskWorkflow per subtask, LLM calls through litellm as activities);
+* ``before`` (with ``--before REV``): the same worker at another commit, checked out
+  into a temporary git worktree (or a directory given as is) and run from there on the
+  same interpreter, so the only difference is the project's code;
+* ``openai-agents``: the OpenAI Agents SDK's Temporal integration
+  (``temporalio.contrib.openai_agents``), one agent run per child workflow, model calls
+  as activities, the tool an activity (``bench._peer_agents``); it needs the ``bench``
+  extra (``pip install -e '.[bench]'``) and is skipped, saying so, without it.
+
+Printed per runner and width: wall s, wall / ideal, worker CPU ms per subtask and per LLM
+call, dev-server CPU ms per subtask, history events per subtask (the plan's and every
+child's, divided by the subtasks), LLM requests the provider answered; then the ratios
+between runners. Nothing is asserted: the numbers are for reading.
+
+``--short`` (CI): 2 layers, 100 ms latency, no ``--before``; about a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from durable_plans.domain.contracts import PlanInput
+from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
+from durable_plans.plugin import DurablePlansPlugin
+from durable_plans.starter.embedded import temporal_binary
+from durable_plans.testing import FakeProviderProcess
+
+MODEL = "openai/fake-model"
+FAKE_KEY = "sk-bench-fake-000000000000000000000000000"  # the fake provider checks no key
+LLM_CALLS_PER_SUBTASK = 2
+REPO = Path(__file__).resolve().parent.parent
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def full_layer_plan(layers: int, width: int, *, prefix: str) -> list[dict[str, Any]]:
+    """Subtasks as plain dicts: ``layers`` x ``width``, each needing the whole layer below."""
+    subtasks: list[dict[str, Any]] = []
+    for depth in range(layers):
+        for k in range(width):
+            subtasks.append(
+                {
+                    "id": f"l{depth}-s{k}",
+                    "description": (
+                        f"Layer {depth}, step {k}: look at the workspace and report what "
+                        "the project contains."
+                    ),
+                    "depends_on": [f"l{depth - 1}-s{p}" for p in range(width)] if depth else [],
+                }
+            )
+    return subtasks
+
+
+async def history_events(client: Client, workflow_id: str) -> int:
+    """Events of a workflow and, recursively, of every child it started."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    total = len(history.events)
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
+            child = e.child_workflow_execution_started_event_attributes.workflow_execution
+            total += await history_events(client, child.workflow_id)
+    return total
+
+
+# --------------------------------------------------------------------------- runners
+
+
+@dataclass
+class Runner:
+    """One worker process and how to start a plan on it."""
+
+    name: str
+    argv: list[str]
+    cwd: Path
+    env: dict[str, str]
+    start_plan: Callable[[Client, str, list[dict[str, Any]], int], Awaitable[None]]
+    queue: str = ""
+    last_id: str = ""  # the workflow id of the last plan started
+    optional: bool = False  # a peer: its failure is reported and skipped, never fatal
+    proc: subprocess.Popen[bytes] | None = None
+    spy: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+
+    def start(self, logs: Path) -> None:
+        self.log = logs / f"{self.name}.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                self.argv, cwd=self.cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def start_profile(self, profile: Path) -> None:
+        """py-spy on the worker from outside (its CPU stays the worker's own figure)."""
+        if self.proc is not None:
+            beside = Path(sys.executable).parent / "py-spy"
+            spy = str(beside) if beside.exists() else "py-spy"
+            argv = [spy, "record", "--format", "raw", "-r", "100", "--nonblocking"]
+            argv += ["-p", str(self.proc.pid), "-o", str(profile / f"{self.name}.txt")]
+            self.spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        if self.spy is not None and self.spy.poll() is None:
+            self.spy.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
+            try:
+                self.spy.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.spy.kill()
+                self.spy.wait()
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def _base_env() -> dict[str, str]:
+    """Our environment without any Temporal or durable-plans configuration."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DPLAN_", "TEMPORAL_", "OPENAI_", "PYTHONPATH"))
+    }
+
+
+async def _start_ours(client: Client, queue: str, subtasks: list[dict[str, Any]], par: int) -> str:
+    plan = Plan(
+        id=f"cpu-{uuid.uuid4().hex[:10]}",
+        goal="worker CPU benchmark",
+        max_parallel=par,
+        subtasks=tuple(
+            Subtask(
+                id=s["id"],
+                description=s["description"],
+                agent="coder",
+                depends_on=tuple(s["depends_on"]),
+            )
+            for s in subtasks
+        ),
+    )
+    report = await client.execute_workflow(
+        "PlanWorkflow", PlanInput(plan=plan), id=plan.id, task_queue=queue, result_type=PlanReport
+    )
+    if report.status is not PlanStatus.COMPLETED:
+        raise RuntimeError(f"plan {plan.id} ended {report.status.value}: {report.counts}")
+    return plan.id
+
+
+def ours_runner(
+    name: str,
+    tree: Path,
+    *,
+    address: str,
+    provider: str,
+    tmp: Path,
+    workspace: Path,
+    extra_env: dict[str, str] | None = None,
+) -> Runner:
+    queue = f"cpu-{name}-{uuid.uuid4().hex[:6]}"
+    env = (
+        _base_env()
+        | {
+            "TEMPORAL_ADDRESS": address,
+            "DPLAN_TASK_QUEUE": queue,
+            "DPLAN_MODEL": MODEL,
+            "DPLAN_API_BASE": provider,
+            "DPLAN_API_KEY": FAKE_KEY,
+            "DPLAN_SESSION_STORE": str(tmp / f"{name}-sessions.db"),
+            "DPLAN_WORKSPACE": str(workspace),
+            "DPLAN_STATE_DIR": str(tmp / f"{name}-state"),
+            "PYTHONPATH": str(tree),
+        }
+        | (extra_env or {})
+    )
+    # ``-c`` puts the working directory first on sys.path: ``durable_plans`` is the tree's.
+    argv = [sys.executable, "-c", "from durable_plans.worker import main; main()"]
+
+    async def start(client: Client, _q: str, subtasks: list[dict[str, Any]], par: int) -> None:
+        runner.last_id = await _start_ours(client, queue, subtasks, par)
+
+    runner = Runner(name, argv, tree, env, start, queue=queue)
+    return runner
+
+
+def peer_runner(*, address: str, provider: str, workspace: Path) -> Runner | str:
+    """The OpenAI Agents SDK peer, or the reason it cannot run here."""
+    try:
+        import agents  # noqa: F401
+        from temporalio.contrib import openai_agents  # noqa: F401
+    except ImportError as err:
+        return f"openai-agents is not installed ({err}); pip install -e '.[bench]'"
+    from bench import _peer_agents
+
+    queue = f"cpu-peer-{uuid.uuid4().hex[:6]}"
+    env = _base_env() | {
+        "TEMPORAL_ADDRESS": address,
+        "PEER_TASK_QUEUE": queue,
+        "PEER_API_BASE": provider,
+        "PEER_API_KEY": FAKE_KEY,
+        "PEER_WORKSPACE": str(workspace),
+        "PYTHONPATH": str(REPO),
+    }
+    argv = [sys.executable, "-m", "bench._peer_agents"]
+
+    async def start(client: Client, _q: str, subtasks: list[dict[str, Any]], par: int) -> None:
+        runner.last_id = await _peer_agents.run_plan(client, queue, subtasks, par)
+
+    runner = Runner("openai-agents", argv, REPO, env, start, queue=queue, optional=True)
+    return runner
+
+
+# --------------------------------------------------------------------------- the runs
+
+
+@dataclass
+class Sample:
+    wall_s: float
+    worker_cpu_s: float
+    server_cpu_s: float
+    events: int
+    llm_requests: int
+
+
+@dataclass
+class Results:
+    samples: dict[tuple[str, int], list[Sample]] = field(default_factory=dict)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def dev_server(tmp: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    port = _free_port()
+    argv = [str(temporal_binary()), "server", "start-dev", "--headless", "--port", str(port)]
+    argv += ["--ui-port", str(_free_port()), "--http-port", str(_free_port())]
+    argv += ["--metrics-port", str(_free_port()), "--log-level", "error"]
+    with open(tmp / "server.log", "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield proc, f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def _connect(address: str) -> Client:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return await Client.connect(address, plugins=[DurablePlansPlugin()])
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.3)
+
+
+def _checkout(rev: str, tmp: Path) -> tuple[Path, Callable[[], None]]:
+    """A directory holding ``rev``'s tree: the directory itself, or a temporary worktree."""
+    if Path(rev).is_dir():
+        return Path(rev).resolve(), lambda: None
+    where = tmp / f"tree-{rev[:12]}"
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", "--quiet", str(where), rev],
+        check=True,
+    )
+
+    def remove() -> None:
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "remove", "--force", str(where)], check=False
+        )
+
+    return where, remove
+
+
+async def measure(args: argparse.Namespace) -> tuple[Results, list[str], dict[str, str]]:
+    results = Results()
+    skipped: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dplan-bench-cpu-")))
+        workspace = tmp / "workspace"
+        workspace.mkdir()
+        (workspace / "README.md").write_text("# bench workspace\n\nA small demo project.\n")
+        logs = tmp / "logs"
+        logs.mkdir()
+        provider = stack.enter_context(
+            FakeProviderProcess(tmp / "requests.jsonl", latency_ms=args.latency_ms)
+        )
+        server, address = stack.enter_context(dev_server(tmp))
+        client = await _connect(address)
+        runners: list[Runner] = []
+        if args.before:
+            tree, remove = _checkout(args.before, tmp)
+            stack.callback(remove)
+            runners.append(
+                ours_runner(
+                    "before", tree, address=address, provider=provider.base_url, tmp=tmp,
+                    workspace=workspace,
+                )
+            )  # fmt: skip
+        runners.append(
+            ours_runner(
+                "ours", REPO, address=address, provider=provider.base_url, tmp=tmp,
+                workspace=workspace, extra_env={"DPLAN_LLM_LEAN": "0"},
+            )
+        )  # fmt: skip
+        # The opt-in shortcut for OpenAI-compatible endpoints (activities/llm_client.py).
+        runners.append(
+            ours_runner(
+                "ours-lean", REPO, address=address, provider=provider.base_url, tmp=tmp,
+                workspace=workspace, extra_env={"DPLAN_LLM_LEAN": "1"},
+            )
+        )  # fmt: skip
+        if args.peers:
+            peer = peer_runner(address=address, provider=provider.base_url, workspace=workspace)
+            if isinstance(peer, str):
+                skipped["openai-agents"] = peer
+            else:
+                runners.append(peer)
+        try:
+            for r in runners:
+                r.start(logs)
+                stack.callback(r.stop)
+            # Warm-up: imports, the sandbox's first load of each workflow, first connections.
+            warm = await asyncio.gather(
+                *(_run_once(r, client, full_layer_plan(2, 2, prefix="warm"), 2) for r in runners),
+                return_exceptions=True,
+            )
+            for r, outcome in zip(list(runners), warm, strict=True):
+                if isinstance(outcome, BaseException):
+                    if not r.optional:
+                        raise outcome
+                    skipped[r.name] = f"failed to warm up: {outcome!r} (see its log)"
+                    runners.remove(r)
+            if args.profile is not None:
+                for r in runners:
+                    r.start_profile(args.profile)
+            order = list(runners)
+            for _ in range(args.repeats):
+                for width in args.widths:
+                    subtasks = full_layer_plan(args.layers, width, prefix="cpu")
+                    for r in list(order):
+                        try:
+                            sample = await _sample(r, client, server.pid, provider, subtasks, width)
+                        except Exception as err:
+                            if not r.optional:
+                                raise
+                            skipped[r.name] = f"failed: {err!r}"
+                            order.remove(r)
+                            continue
+                        results.samples.setdefault((r.name, width), []).append(sample)
+                order.reverse()  # alternate which runner goes first
+        except Exception:
+            for r in runners:
+                if r.log is not None and r.log.exists():
+                    tail = r.log.read_text(errors="replace")[-3000:]
+                    print(f"--- {r.name} worker log (tail):\n{tail}", file=sys.stderr)
+            raise
+    return results, [r.name for r in runners if r.name not in skipped], skipped
+
+
+async def _run_once(r: Runner, client: Client, subtasks: list[dict[str, Any]], par: int) -> None:
+    if not r.alive():
+        raise RuntimeError(f"the {r.name} worker exited (see its log)")
+    await asyncio.wait_for(r.start_plan(client, "", subtasks, par), timeout=300)
+
+
+async def _sample(
+    r: Runner,
+    client: Client,
+    server_pid: int,
+    provider: FakeProviderProcess,
+    subtasks: list[dict[str, Any]],
+    width: int,
+) -> Sample:
+    assert r.proc is not None
+    requests_before = len(provider.log_entries())
+    w0, s0, t0 = cpu_seconds(r.proc.pid), cpu_seconds(server_pid), time.perf_counter()
+    await _run_once(r, client, subtasks, width)
+    wall = time.perf_counter() - t0
+    w1, s1 = cpu_seconds(r.proc.pid), cpu_seconds(server_pid)
+    requests = len(provider.log_entries()) - requests_before
+    events = await history_events(client, r.last_id)
+    return Sample(wall, w1 - w0, s1 - s0, events, requests)
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def _med(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def report(
+    results: Results, names: list[str], skipped: dict[str, str], args: argparse.Namespace
+) -> None:
+    ideal = args.layers * LLM_CALLS_PER_SUBTASK * args.latency_ms / 1000
+    print(
+        f"DAG: {args.layers} layers x width, each subtask depending on the whole previous "
+        f"layer; {LLM_CALLS_PER_SUBTASK} LLM calls + 1 tool call per subtask; provider "
+        f"latency {args.latency_ms:.0f} ms; ideal {ideal:.2f} s; median of {args.repeats} "
+        "run(s) per runner, runners alternated; CPU from /proc (user + system)"
+    )
+    for name, reason in skipped.items():
+        print(f"skipped {name}: {reason}")
+    head = (
+        f"{'runner':<15}{'width':>6}{'wall s':>8}{'/ideal':>8}{'worker ms/subtask':>19}"
+        f"{'ms/LLM call':>13}{'server ms/subtask':>19}{'events/subtask':>16}{'LLM reqs':>10}"
+    )
+    print()
+    print(head)
+    table: dict[tuple[str, int], dict[str, float]] = {}
+    for width in args.widths:
+        n = args.layers * width
+        for name in names:
+            samples = results.samples.get((name, width), [])
+            if not samples:
+                continue
+            row = {
+                "wall": _med([s.wall_s for s in samples]),
+                "worker": _med([s.worker_cpu_s for s in samples]) * 1000 / n,
+                "per_call": _med([s.worker_cpu_s / max(s.llm_requests, 1) for s in samples]) * 1000,
+                "server": _med([s.server_cpu_s for s in samples]) * 1000 / n,
+                "events": _med([s.events for s in samples]) / n,
+                "requests": _med([s.llm_requests for s in samples]),
+            }
+            table[(name, width)] = row
+            print(
+                f"{name:<15}{width:>6}{row['wall']:>8.2f}{row['wall'] / ideal:>7.2f}x"
+                f"{row['worker']:>19.0f}{row['per_call']:>13.1f}{row['server']:>19.0f}"
+                f"{row['events']:>16.1f}{row['requests']:>10.0f}"
+            )
+    print()
+    for width in args.widths:
+        ours = table.get(("ours", width))
+        if ours is None:
+            continue
+        for other in names:
+            theirs = table.get((other, width))
+            if other == "ours" or theirs is None:
+                continue
+            print(
+                f"width {width}: ours / {other}: wall {ours['wall'] / theirs['wall']:.2f}, "
+                f"worker CPU {ours['worker'] / theirs['worker']:.2f}, "
+                f"server CPU {ours['server'] / theirs['server']:.2f}, "
+                f"events {ours['events'] / theirs['events']:.2f}"
+            )
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.cpu",
+        description="Worker and dev-server CPU per subtask, ours against a commit and peers.",
+    )
+    parser.add_argument("--short", action="store_true", help="2 layers, 100 ms latency (CI)")
+    parser.add_argument("--widths", default="4,5", help="comma-separated widths (default 4,5)")
+    parser.add_argument("--layers", type=int, help="layers (default 4; 2 with --short)")
+    parser.add_argument("--latency-ms", type=float, help="provider latency (default 500)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per runner and width")
+    parser.add_argument(
+        "--before", metavar="REV_OR_DIR", help="also run the worker at this commit / tree"
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="run each worker under py-spy, collapsed stacks into DIR (CPU figures then "
+        "include py-spy's own)",
+    )
+    parser.add_argument("--no-peers", dest="peers", action="store_false", help="skip peers")
+    args = parser.parse_args(argv)
+    try:
+        args.widths = [int(w) for w in str(args.widths).split(",") if w.strip()]
+    except ValueError:
+        parser.error(f"--widths must be comma-separated integers, got {args.widths!r}")
+    if args.layers is None:
+        args.layers = 2 if args.short else 4
+    if args.latency_ms is None:
+        args.latency_ms = 100.0 if args.short else 500.0
+    if not args.widths or min(args.widths) < 1 or args.layers < 1 or args.repeats < 1:
+        parser.error("widths, layers and repeats must be positive")
+    if args.latency_ms <= 0:
+        parser.error("--latency-ms must be positive")
+    if sys.platform != "linux":
+        parser.error("bench.cpu reads /proc: Linux only")
+    if args.before and not Path(args.before).is_dir() and shutil.which("git") is None:
+        parser.error("--before REV needs git")
+    return args
+
+
+async def run(argv: Sequence[str] | None = None) -> None:
+    args = _parse(argv)
+    results, names, skipped = await measure(args)
+    report(results, names, skipped, args)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    asyncio.run(run(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    main()

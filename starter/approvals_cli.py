@@ -1,0 +1,103 @@
+"""Arguments of ``dplan approvals``, ``dplan approve`` and ``dplan reject``.
+
+Declared here rather than in ``starter/cli.py`` so the CLI lists them with one line; the
+work is done by ``starter/approvals_command.py``, imported when a command runs (it needs
+the Temporal client, which ``dplan validate`` never loads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+EXIT_INTERRUPTED = 130
+
+_WHO_HELP = "who decides, recorded with the decision and as the client identity (default user@host)"
+
+
+def add_approval_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "approvals",
+        help="tool calls waiting for a person",
+        description=(
+            "List tool calls waiting for approval: plan, call id (SUBTASK:TURN.INDEX), agent, "
+            "tool, arguments (secrets scrubbed) and since when. Without PLAN, of every running "
+            "plan. Exit 0 listed, 1 plan not found or server unreachable."
+        ),
+    )
+    parser.add_argument("plan_id", metavar="PLAN", nargs="?", default=None, help="a plan id")
+    parser.add_argument("--json", action="store_true", help="print the calls as a JSON array")
+    parser.set_defaults(handler=cmd_approvals)
+
+    approve = subparsers.add_parser(
+        "approve",
+        help="let a waiting tool call run",
+        description=(
+            "Approve a waiting tool call (an Update of the subtask's workflow), optionally "
+            "with replaced arguments. Exit 0 approved; 1 refused (unknown call, already "
+            "decided: the message says by whom) or unreachable; 2 bad CALL or --args."
+        ),
+    )
+    approve.add_argument("plan_id", metavar="PLAN", help="the plan id")
+    approve.add_argument("call", metavar="CALL", help="the call id `dplan approvals` shows")
+    approve.add_argument(
+        "--args",
+        dest="arguments",
+        metavar="JSON",
+        default=None,
+        help="a JSON object replacing the call's arguments (workspace tools only)",
+    )
+    approve.add_argument("--who", default=None, help=_WHO_HELP)
+    approve.add_argument("--json", action="store_true", help="print the decision as JSON")
+    approve.set_defaults(handler=cmd_approve)
+
+    reject = subparsers.add_parser(
+        "reject",
+        help="refuse a waiting tool call; the reason becomes its tool result",
+        description=(
+            "Reject a waiting tool call (an Update): it does not run, and the model reads "
+            "the reason as the call's result and carries on. Exit codes as for approve."
+        ),
+    )
+    reject.add_argument("plan_id", metavar="PLAN", help="the plan id")
+    reject.add_argument("call", metavar="CALL", help="the call id `dplan approvals` shows")
+    reject.add_argument("--reason", required=True, help="why; the model reads it")
+    reject.add_argument("--who", default=None, help=_WHO_HELP)
+    reject.add_argument("--json", action="store_true", help="print the decision as JSON")
+    reject.set_defaults(handler=cmd_reject)
+
+
+def cmd_approvals(args: argparse.Namespace) -> int:
+    from durable_plans.starter.approvals_command import approvals_command
+
+    try:
+        return asyncio.run(approvals_command(args.plan_id, json_output=args.json))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _decide(args: argparse.Namespace, *, approve: bool) -> int:
+    from durable_plans.starter.approvals_command import decide_command
+
+    try:
+        return asyncio.run(
+            decide_command(
+                args.plan_id,
+                args.call,
+                approve=approve,
+                who=args.who,
+                reason=getattr(args, "reason", ""),
+                arguments=getattr(args, "arguments", None),
+                json_output=args.json,
+            )
+        )
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    return _decide(args, approve=True)
+
+
+def cmd_reject(args: argparse.Namespace) -> int:
+    return _decide(args, approve=False)

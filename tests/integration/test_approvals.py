@@ -1,0 +1,311 @@
+"""Tool calls that wait for a person, on a real Temporal dev server: approve, reject,
+replace the arguments, time out, two operators at once, and a worker SIGKILLed while a
+call waits. The model is the fake provider, reached through litellm; the coder agent's
+first call is ``list_dir(path=".")``, which the plans here make wait for approval."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from durable_plans.domain.approvals import (
+    QUERY_APPROVALS,
+    TIMEOUT_WHO,
+    ApprovalDecision,
+    ApprovalPolicy,
+    WorkflowApprovals,
+)
+from durable_plans.domain.contracts import PlanInput
+from durable_plans.domain.models import Message, Plan, PlanReport, PlanStatus
+from durable_plans.session_store.factory import open_session_store
+from durable_plans.starter.approvals_command import (
+    ApprovalRefused,
+    PendingRow,
+    decide,
+    pending_calls,
+)
+from durable_plans.starter.cli import main
+from durable_plans.testing import FakeProviderProcess
+from tests.integration.conftest import Harness
+from tests.integration.plans import by_id, make_plan
+from tests.integration.replay import assert_replays
+from tests.integration.test_crash import worker_env
+from tests.integration.workers import WorkerProcess
+
+pytestmark = pytest.mark.integration
+
+WAIT_S = 60.0  # a bound on waiting for the workflows to reach a state, never asserted
+
+
+async def wait_pending(client: Client, plan_id: str, n: int) -> list[PendingRow]:
+    """Until ``n`` calls of the plan wait (each subtask registers its own when it gets
+    there); fails loudly, with what was seen, if they never do."""
+    deadline = time.monotonic() + WAIT_S
+    rows: list[PendingRow] = []
+    while time.monotonic() < deadline:
+        rows = await pending_calls(client, plan_id)
+        if len(rows) >= n:
+            return rows
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"expected {n} waiting calls, saw {rows}")
+
+
+async def start(harness: Harness, plan: Plan) -> WorkflowHandle[Any, PlanReport]:
+    return await harness.client.start_workflow(
+        "PlanWorkflow",
+        PlanInput(plan=plan),
+        id=plan.id,
+        task_queue=harness.task_queue,
+        result_type=PlanReport,
+    )
+
+
+async def branch_of(harness: Harness, report: PlanReport, sid: str) -> list[Message]:
+    return await harness.store.read(by_id(report)[sid].session_id or "")
+
+
+def tool_answers(messages: list[Message]) -> list[Message]:
+    return [m for m in messages if m.role == "tool"]
+
+
+async def test_approve_reject_edit_and_two_operators_at_once(harness: Harness) -> None:
+    sub = harness.settings.workspace / "sub"
+    sub.mkdir()
+    (sub / "edited.txt").write_text("edited\n")
+    steps: list[tuple[str, str, list[str]]] = [
+        (sid, f"Look at the workspace ({sid})", []) for sid in ("ok", "no", "edit", "race")
+    ]
+    plan = make_plan(steps, prefix="approve").model_copy(
+        update={"approval": ApprovalPolicy(tools=("list_dir",))}
+    )
+    handle = await start(harness, plan)
+
+    rows = await wait_pending(harness.client, plan.id, 4)
+    by_call = {r.subtask: r for r in rows}
+    assert sorted(by_call) == ["edit", "no", "ok", "race"]
+    assert all(r.tool == "list_dir" and r.agent == "coder" for r in rows)
+    assert json.loads(by_call["ok"].arguments) == {"path": "."}
+    assert by_call["ok"].call == "ok:0.0"
+
+    # Unknown calls are refused by the validator, with what is waiting.
+    with pytest.raises(ApprovalRefused, match=r"no tool call '7\.0' is waiting.*waiting: 0\.0"):
+        await decide(harness.client, plan.id, "ok:7.0", approve=True, who="alice")
+    with pytest.raises(ApprovalRefused, match="no running workflow"):
+        await decide(harness.client, plan.id, "nope:0.0", approve=True, who="alice")
+    with pytest.raises(ValueError, match=r"SUBTASK:TURN\.INDEX"):
+        await decide(harness.client, plan.id, "ok", approve=True, who="alice")
+
+    approved = await decide(harness.client, plan.id, by_call["ok"].call, approve=True, who="alice")
+    assert approved.approved and approved.who == "alice" and approved.tool == "list_dir"
+    rejected = await decide(
+        harness.client, plan.id, by_call["no"].call, approve=False, who="bob", reason="not now"
+    )
+    assert not rejected.approved and rejected.reason == "not now"
+    edited = await decide(
+        harness.client,
+        plan.id,
+        by_call["edit"].call,
+        approve=True,
+        who="carol",
+        arguments='{"path": "sub"}',
+    )
+    assert edited.arguments == '{"path": "sub"}'
+
+    # Two operators at once: exactly one decision wins; the other is told who won.
+    outcomes = await asyncio.gather(
+        decide(harness.client, plan.id, "race:0.0", approve=True, who="dave"),
+        decide(harness.client, plan.id, "race:0.0", approve=False, who="erin", reason="mine"),
+        return_exceptions=True,
+    )
+    won = [o for o in outcomes if isinstance(o, ApprovalDecision)]
+    lost = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(won) == 1 and len(lost) == 1, outcomes
+    assert isinstance(lost[0], ApprovalRefused)
+    assert f"already {'approved' if won[0].approved else 'rejected'} by {won[0].who}" in str(
+        lost[0]
+    )
+
+    report = await handle.result()
+    assert report.status is PlanStatus.COMPLETED  # a rejected call is an answer, not a failure
+    ok_answers = tool_answers(await branch_of(harness, report, "ok"))
+    assert len(ok_answers) == 1 and "README.md" in (ok_answers[0].content or "")
+    no_branch = await branch_of(harness, report, "no")
+    no_answers = tool_answers(no_branch)
+    assert len(no_answers) == 1
+    assert (no_answers[0].content or "").startswith("error: this list_dir call did not run; bob")
+    assert "not now" in (no_answers[0].content or "")
+    assert "not now" in (by_id(report)["no"].result or "")  # the model read it and went on
+    edit_branch = await branch_of(harness, report, "edit")
+    edit_answers = tool_answers(edit_branch)
+    assert "edited.txt" in (edit_answers[0].content or "")
+    assert "README.md" not in (edit_answers[0].content or "")
+    notes = [
+        m.content or ""
+        for m in edit_branch
+        if m.role == "system" and "[approval]" in (m.content or "")
+    ]
+    assert len(notes) == 1 and "carol" in notes[0] and '{"path": "sub"}' in notes[0]
+    race_answer = tool_answers(await branch_of(harness, report, "race"))[0].content or ""
+    assert ("README.md" in race_answer) is won[0].approved
+
+    # The workflow keeps who decided what and when; a decided call cannot be decided again.
+    snap = await harness.client.get_workflow_handle(f"{plan.id}/no").query(
+        QUERY_APPROVALS, result_type=WorkflowApprovals
+    )
+    assert snap.pending == ()
+    assert [(d.call_id, d.approved, d.who, d.reason) for d in snap.decided] == [
+        ("0.0", False, "bob", "not now")
+    ]
+    assert snap.decided[0].at
+    await assert_replays(harness.client, [plan.id, *(f"{plan.id}/{s}" for s, _, _ in steps)])
+
+
+async def test_no_decision_within_the_timeout_rejects_the_call(harness: Harness) -> None:
+    plan = make_plan([("slow", "Look at the workspace", [])], prefix="timeout").model_copy(
+        update={"approval": ApprovalPolicy(tools="all", timeout_s=0.5)}
+    )
+    handle = await start(harness, plan)
+    report = await handle.result()
+
+    assert report.status is PlanStatus.COMPLETED
+    answers = tool_answers(await branch_of(harness, report, "slow"))
+    assert len(answers) == 1
+    assert "nobody approved it in time (no decision within 0.5 s (approval_timeout))" in (
+        answers[0].content or ""
+    )
+    snap = await harness.client.get_workflow_handle(f"{plan.id}/slow").query(
+        QUERY_APPROVALS, result_type=WorkflowApprovals
+    )
+    assert [(d.approved, d.who) for d in snap.decided] == [(False, TIMEOUT_WHO)]
+    with pytest.raises(ApprovalRefused):
+        await decide(harness.client, plan.id, "slow:0.0", approve=True, who="late")
+    await assert_replays(harness.client, [plan.id, f"{plan.id}/slow"])
+
+
+async def test_a_waiting_call_survives_a_sigkilled_worker(
+    temporal_env: WorkflowEnvironment, client: Client, tmp_path: Path
+) -> None:
+    (tmp_path / "workspace").mkdir()
+    (tmp_path / "workspace" / "README.md").write_text("# approval crash test\n")
+    tq = f"approval-crash-{uuid.uuid4().hex[:8]}"
+    plan = make_plan([("w", "Look at the workspace", [])], prefix="approval-crash").model_copy(
+        update={"approval": ApprovalPolicy(tools=("list_dir",))}
+    )
+    with FakeProviderProcess(tmp_path / "requests.jsonl", latency_ms=0) as provider:
+        env = worker_env(temporal_env, tmp_path, provider, tq)
+        first = WorkerProcess(env, tmp_path / "worker-1.log").start()
+        second: WorkerProcess | None = None
+        try:
+            first.wait_ready()
+            handle = await client.start_workflow(
+                "PlanWorkflow",
+                PlanInput(plan=plan),
+                id=plan.id,
+                task_queue=tq,
+                result_type=PlanReport,
+            )
+            rows = await wait_pending(client, plan.id, 1)
+            first.kill()
+            second = WorkerProcess(env, tmp_path / "worker-2.log").start()
+            second.wait_ready()
+            # The new worker rebuilds the wait from the history and takes the decision.
+            assert [r.call for r in await wait_pending(client, plan.id, 1)] == [rows[0].call]
+            await decide(client, plan.id, rows[0].call, approve=True, who="alice")
+            report = await asyncio.wait_for(handle.result(), timeout=WAIT_S)
+        finally:
+            first.stop()
+            if second is not None:
+                second.stop()
+    assert report.status is PlanStatus.COMPLETED
+    store = await open_session_store(str(tmp_path / "sessions.db"))
+    try:
+        answers = tool_answers(await store.read(by_id(report)["w"].session_id or ""))
+    finally:
+        await store.close()
+    assert len(answers) == 1 and "README.md" in (answers[0].content or "")
+
+
+def _dplan(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, client: Client, *args: str
+) -> tuple[int, str, str]:
+    """``dplan ARGS`` in process against ``client``'s server."""
+    monkeypatch.setenv("TEMPORAL_ADDRESS", client.service_client.config.target_host)
+    monkeypatch.setenv("TEMPORAL_NAMESPACE", client.namespace)
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+async def test_the_commands_list_scrubbed_arguments_and_record_the_operator(
+    harness: Harness, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-proj-" + "a1B2c3D4" * 5
+    plan = make_plan(
+        [("peek", f"Read the key file [call:read_file] OPENAI_API_KEY={secret}", [])],
+        prefix="approve-cli",
+    ).model_copy(update={"approval": ApprovalPolicy(tools=("read_file",), timeout_s=3600)})
+    handle = await start(harness, plan)
+    await wait_pending(harness.client, plan.id, 1)
+
+    def dplan(*args: str) -> Awaitable[tuple[int, str, str]]:
+        # main() runs its own event loop (asyncio.run): give it a thread of its own.
+        return asyncio.to_thread(_dplan, capsys, monkeypatch, harness.client, *args)
+
+    code, out, err = await dplan("approvals", plan.id, "--json")
+    assert code == 0, err
+    [row] = json.loads(out)
+    assert {k: row[k] for k in ("plan", "call", "subtask", "agent", "tool", "timeout_s")} == {
+        "plan": plan.id,
+        "call": "peek:0.0",
+        "subtask": "peek",
+        "agent": "coder",
+        "tool": "read_file",
+        "timeout_s": 3600,
+    }
+    assert secret not in out and "[REDACTED:openai]" in row["arguments"]
+    assert row["since"] and row["workflow_id"] == f"{plan.id}/peek"
+    code, out, _ = await dplan("approvals", plan.id)
+    assert code == 0 and "peek:0.0  coder  read_file  waiting" in out and secret not in out
+    # Without PLAN: every running plan (found through visibility, which may lag a little).
+    deadline = time.monotonic() + WAIT_S
+    while not any(
+        r["plan"] == plan.id for r in json.loads((await dplan("approvals", "--json"))[1])
+    ):
+        assert time.monotonic() < deadline, "dplan approvals never listed the running plan"
+        await asyncio.sleep(0.1)
+    code, _, err = await dplan("approvals", "no-such-plan-x")
+    assert code == 1 and "no plan 'no-such-plan-x'" in err
+
+    code, _, err = await dplan("approve", plan.id, "peek")
+    assert code == 2 and "SUBTASK:TURN.INDEX" in err
+    code, _, err = await dplan("approve", plan.id, "peek:0.0", "--args", "[1]")
+    assert code == 2 and "--args must be a JSON object" in err
+
+    code, out, err = await dplan(
+        "reject", plan.id, "peek:0.0", "--reason", "no keys", "--who", "ops@example"
+    )
+    assert code == 0, err
+    assert f"rejected read_file call peek:0.0 of plan {plan.id} (by ops@example)" in out
+    code, _, err = await dplan("approve", plan.id, "peek:0.0", "--who", "late@example")
+    assert code == 1
+    assert "already rejected by ops@example" in err or "no running workflow" in err, err
+
+    report = await handle.result()
+    assert report.status is PlanStatus.COMPLETED
+    # Temporal Web shows the Update with the operator as its client identity.
+    identities = [
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.meta.identity
+        async for e in harness.client.get_workflow_handle(f"{plan.id}/peek").fetch_history_events()
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+    ]
+    assert identities == ["ops@example"]

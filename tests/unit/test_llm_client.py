@@ -1,0 +1,148 @@
+"""The worker's lean LLM client: what it sends, what it returns, which errors it raises, and
+when it leaves a call to ``litellm.acompletion`` (real HTTP to the local fake provider)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from durable_plans.activities.llm import import_litellm, message_from_response, usage_of
+from durable_plans.activities.llm_client import LlmClient
+from durable_plans.activities.llm_errors import classify_llm_error
+from durable_plans.activities.scripted_model import SCRIPTED_MODEL
+from durable_plans.settings import Settings
+from durable_plans.testing import FakeProvider
+
+KEY = "sk-unit-fake-000000000000000000000000000"
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "list_dir",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+    }
+]
+
+
+class CountingLitellm:
+    """litellm, with its ``acompletion`` calls counted (the full path's use)."""
+
+    def __init__(self) -> None:
+        self.real = import_litellm()
+        self.full_calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    async def acompletion(self, **kwargs: Any) -> Any:
+        self.full_calls += 1
+        return await self.real.acompletion(**kwargs)
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[FakeProvider]:
+    async with FakeProvider(latency_ms=0) as p:
+        yield p
+
+
+def ask(provider: FakeProvider, text: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": "openai/fake-model",
+        "messages": [{"role": "user", "content": text}],
+        "tools": TOOLS,
+        "num_retries": 0,
+        "timeout": 10.0,
+        "api_base": provider.base_url,
+        "api_key": KEY,
+        **extra,
+    }
+
+
+async def test_an_openai_compatible_call_is_one_plain_post(provider: FakeProvider) -> None:
+    lit = CountingLitellm()
+    client = LlmClient(lit, lean=True)
+    try:
+        response = await client.acompletion(**ask(provider, "Look around"))
+    finally:
+        await client.aclose()
+    assert lit.full_calls == 0
+    (request,) = provider.completions()
+    assert request.body is not None
+    assert request.body["model"] == "fake-model"  # the provider's name, prefix resolved
+    assert request.body["messages"] == [{"role": "user", "content": "Look around"}]
+    assert request.body["tools"] == TOOLS
+    message, finish = message_from_response(response, msg_id="m1")
+    assert message.tool_calls and message.tool_calls[0].function.name == "list_dir"
+    assert finish == "tool_calls"
+    usage = usage_of(lit, response)
+    assert usage.prompt_tokens > 0 and usage.completion_tokens > 0
+    assert usage.cost_usd == 0.0  # the fake model has no price
+
+
+async def test_a_priced_model_is_charged_its_litellm_price(provider: FakeProvider) -> None:
+    lit = CountingLitellm()
+    client = LlmClient(lit, lean=True)
+    try:
+        response = await client.acompletion(**ask(provider, "hi", model="openai/gpt-4o-mini"))
+    finally:
+        await client.aclose()
+    info = lit.get_model_info(model="gpt-4o-mini", custom_llm_provider="openai")
+    expected = (
+        response.usage.prompt_tokens * info["input_cost_per_token"]
+        + response.usage.completion_tokens * info["output_cost_per_token"]
+    )
+    assert expected > 0
+    assert usage_of(lit, response).cost_usd == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("directive", "kind", "retryable"),
+    [
+        ("[fail:429:retry-after=7]", "RateLimit", True),
+        ("[fail:400:context]", "ContextWindowExceeded", False),
+        ("[fail:401]", "Authentication", False),
+        ("[fail:503]", "ServerError", True),
+        ("[fail:drop]", "Connection", True),
+    ],
+)
+async def test_errors_are_litellm_errors_classified_as_before(
+    provider: FakeProvider, directive: str, kind: str, retryable: bool
+) -> None:
+    client = LlmClient(import_litellm(), lean=True)
+    try:
+        with pytest.raises(Exception) as raised:
+            await client.acompletion(**ask(provider, f"Do it {directive}"))
+    finally:
+        await client.aclose()
+    verdict = classify_llm_error(raised.value)
+    assert (verdict.type, verdict.retryable) == (kind, retryable)
+    if kind == "RateLimit":
+        assert verdict.retry_after_s == pytest.approx(7.0, abs=1.0)
+
+
+async def test_other_providers_streaming_and_the_switch_take_litellms_full_path(
+    provider: FakeProvider,
+) -> None:
+    lit = CountingLitellm()
+    client = LlmClient(lit, lean=True)
+    off = LlmClient(lit, lean=False)
+    try:
+        await client.acompletion(model=SCRIPTED_MODEL, messages=[{"role": "user", "content": "x"}])
+        assert lit.full_calls == 1  # not an OpenAI-compatible route
+        await off.acompletion(**ask(provider, "hi"))
+        assert lit.full_calls == 2  # the shortcut switched off
+        await client.acompletion(**ask(provider, "hi", temperature=0.2))
+        assert lit.full_calls == 3  # an argument the shortcut does not send
+    finally:
+        await client.aclose()
+        await off.aclose()
+
+
+def test_the_switch_reads_the_environment() -> None:
+    assert Settings.from_env({}).llm_lean is False  # opt-in: litellm.acompletion by default
+    assert Settings.from_env({"DPLAN_LLM_LEAN": "0"}).llm_lean is False
+    assert Settings.from_env({"DPLAN_LLM_LEAN": " On "}).llm_lean is True
+    assert Settings.from_env({"DPLAN_LLM_LEAN": "1"}).llm_lean is True
