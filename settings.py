@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from durable_plans.domain.models import Budget
+from durable_plans.domain.streaming import STREAM_MODES, StreamMode
 from durable_plans.payload_codec import PayloadKeyError, PayloadKeyring, keyring_from_env
 from durable_plans.starter.connection import (
     DEFAULT_ADDRESS,
@@ -98,6 +99,25 @@ def _temporal(env: Mapping[str, str]) -> TemporalTarget:
         raise SettingsError(str(err)) from None
 
 
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = (_opt(env, name) or "0").lower()
+    if raw in _YES:
+        return True
+    if raw in _NO:
+        return False
+    raise SettingsError(f"{name} must be 1/true/yes/on or 0/false/no/off, got {env[name]!r}")
+
+
+def _stream_mode(env: Mapping[str, str]) -> StreamMode:
+    raw = (_opt(env, "DPLAN_STREAM") or "chat").lower()
+    for mode in STREAM_MODES:
+        if raw == mode:
+            return mode
+    raise SettingsError(
+        f"DPLAN_STREAM must be one of {', '.join(STREAM_MODES)}, got {env['DPLAN_STREAM']!r}"
+    )
+
+
 def _opt(env: Mapping[str, str], name: str) -> str | None:
     raw = env.get(name, "").strip()
     return raw or None
@@ -127,6 +147,7 @@ def _payload_keys(env: Mapping[str, str]) -> PayloadKeyring | None:
 
 
 _YES = frozenset({"1", "true", "yes", "on"})
+_NO = frozenset({"0", "false", "no", "off"})
 
 
 @dataclass(frozen=True)
@@ -152,6 +173,12 @@ class Settings:
     llm_max_attempts: int = DEFAULT_PARAMETERS.llm_max_attempts
     llm_lean: bool = False
     """OpenAI-compatible calls skip litellm's per-call machinery (activities/llm_client.py)."""
+    stream: StreamMode = "chat"
+    """Which LLM calls stream their text to watchers (``DPLAN_STREAM``: chat, all, off;
+    ``domain/streaming.py``)."""
+    stream_interval_s: float = 0.2
+    """How often a streaming call sends what it has (``DPLAN_STREAM_INTERVAL_MS``); the
+    first text of a call is sent at once. Each send is one signal in history."""
     tool_timeout_s: float = DEFAULT_PARAMETERS.tool_start_to_close.total_seconds()
     tool_max_attempts: int = DEFAULT_PARAMETERS.tool_max_attempts
     default_budget: Budget | None = None
@@ -223,8 +250,12 @@ class Settings:
             llm_timeout_s=_float(e, "DPLAN_LLM_TIMEOUT_S", defaults.llm_timeout_s),
             llm_heartbeat_s=_heartbeat(e, defaults.llm_heartbeat_s),
             llm_max_attempts=_int(e, "DPLAN_LLM_MAX_ATTEMPTS", defaults.llm_max_attempts),
-            llm_lean=(_opt(e, "DPLAN_LLM_LEAN") or "0").strip().lower()
-            in {"1", "true", "yes", "on"},
+            llm_lean=_flag(e, "DPLAN_LLM_LEAN"),
+            stream=_stream_mode(e),
+            stream_interval_s=_float(
+                e, "DPLAN_STREAM_INTERVAL_MS", defaults.stream_interval_s * 1000
+            )
+            / 1000,
             tool_timeout_s=_float(e, "DPLAN_TOOL_TIMEOUT_S", defaults.tool_timeout_s),
             tool_max_attempts=_int(e, "DPLAN_TOOL_MAX_ATTEMPTS", defaults.tool_max_attempts),
             agents_file=_path(e, "DPLAN_AGENTS"),

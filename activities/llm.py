@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -29,12 +30,14 @@ from durable_plans.activities.llm_errors import (
 from durable_plans.activities.orchestration_tools import tool_specs
 from durable_plans.activities.sessions import begin_branch, close_branch
 from durable_plans.activities.spend import paid_for, record_paid
+from durable_plans.activities.streaming import LivePublisher, streamed_completion
 from durable_plans.activities.tool_registry import ToolSpec, openai_tool_schemas
 from durable_plans.domain.contracts import ACT_CALL_LLM, LlmCallInput, LlmCallOutput, ToolCallRef
 from durable_plans.domain.failures import FailureType
 from durable_plans.domain.ids import assistant_message_id
 from durable_plans.domain.models import FunctionCall, Message, ToolCall, Usage
 from durable_plans.domain.secrets import scrub_secrets, scrub_value
+from durable_plans.domain.streaming import streams_in
 from durable_plans.domain.tool_ids import assign_tool_call_ids, repair_tool_pairing
 from durable_plans.domain.tools_config import ToolSchema
 from durable_plans.session_store import SessionStore
@@ -217,7 +220,7 @@ class LlmActivities:
         with observe.llm_request(model, inp.agent, call_id=msg_id) as request:
             try:
                 async with heartbeating():
-                    response = await self.client(litellm).acompletion(**kwargs)
+                    response = await self._complete(litellm, kwargs, msg_id, inp.agent)
             except Exception as exc:
                 raise to_application_error(classify_llm_error(exc)) from None
             usage = usage_of(litellm, response)
@@ -241,6 +244,21 @@ class LlmActivities:
         return await self._closed_if_final(
             inp, out.model_copy(update={"finish_reason": finish_reason, "usage": paid})
         )
+
+    async def _complete(self, litellm: Any, kwargs: dict[str, Any], msg_id: str, agent: str) -> Any:
+        """The provider's whole answer; streamed to the calling workflow's watchers when
+        ``DPLAN_STREAM`` says this workflow's calls stream (``domain/streaming.py``)."""
+        client = self.client(litellm)
+        if kwargs["model"].startswith("scripted/") or not streams_in(
+            self._settings.stream, activity.info().workflow_type
+        ):
+            return await client.acompletion(**kwargs)
+        interval = timedelta(seconds=self._settings.stream_interval_s)
+        async with LivePublisher(msg_id, agent, interval=interval) as live:
+            response = await streamed_completion(litellm, client.acompletion, kwargs, live)
+            choices = getattr(response, "choices", None) or [None]
+            await live.close("end", getattr(choices[0], "finish_reason", None) or "")
+        return response
 
     async def _closed_if_final(self, inp: LlmCallInput, out: LlmCallOutput) -> LlmCallOutput:
         """Close the subtask's branch when asked and this answer ends the subtask (text,

@@ -15,7 +15,13 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["contains_secret", "is_secret_label", "scrub_secrets", "scrub_value"]
+__all__ = [
+    "StreamScrubber",
+    "contains_secret",
+    "is_secret_label",
+    "scrub_secrets",
+    "scrub_value",
+]
 
 _NOT_KEY_BEFORE = r"(?<![A-Za-z0-9])"
 
@@ -133,3 +139,49 @@ def _scrub(obj: Any, path: frozenset[int]) -> Any:
         return out
     items = [_scrub(item, inner) for item in obj]
     return items if isinstance(obj, list) else tuple(items)
+
+
+# A settled piece of streamed text must not end where a secret's label has been written
+# and its value may still come ("api_key = ", "Bearer ", "password:").
+_UNFINISHED_LABEL = re.compile(
+    r"(?i)(?:(?<![A-Za-z0-9])bearer"
+    r"|(?<![A-Za-z0-9])aws[_\-]?secret[_\-]?access[_\-]?key"
+    rf"|(?<![A-Za-z0-9_\-]){_LABEL})"
+    r"[\"']?\s*(?:[:=]\s*[\"']?)?$"
+)
+
+
+class StreamScrubber:
+    """Scrubs text that arrives in pieces (a streamed answer) before any of it is shown.
+
+    A secret cannot be recognised from its first characters, so text is released only up
+    to the last whitespace, and never right after a secret's label: every value the rules
+    redact is one run of non-space characters, so a released piece never ends inside one.
+    Each released piece is scrubbed on its own, which gives what scrubbing the whole text
+    would give; the held-back tail is released, scrubbed, by ``finish``.
+    """
+
+    def __init__(self) -> None:
+        self._tail = ""
+
+    def feed(self, piece: str) -> str:
+        """The scrubbed text that ``piece`` lets through (often ``""``)."""
+        self._tail += piece
+        if not any(c.isspace() for c in piece):
+            return ""
+        tail = self._tail
+        cut = len(tail)
+        while cut and not tail[cut - 1].isspace():
+            cut -= 1
+        held = _UNFINISHED_LABEL.search(tail, 0, cut)
+        if held is not None:
+            cut = held.start()
+        if cut <= 0:
+            return ""
+        self._tail = tail[cut:]
+        return scrub_secrets(tail[:cut])
+
+    def finish(self) -> str:
+        """The rest, scrubbed: the stream ended."""
+        rest, self._tail = self._tail, ""
+        return scrub_secrets(rest)

@@ -77,6 +77,9 @@ class SessionInput(_Payload):
     max_messages_per_run: int | None = Field(default=None, ge=1)
     # Decisions on tool calls (who approved or rejected what, when), carried like events.
     approvals: tuple[ApprovalDecision, ...] = ()
+    # Where the live stream's numbering goes on (workflows/live.py): watchers following
+    # continue-as-new keep their place.
+    stream_offset: int = Field(default=0, ge=0)
 
 
 class SendMessageInput(_Payload):

@@ -73,6 +73,7 @@ from durable_plans.starter.chat_commands import (
     Unknown,
     parse_command,
 )
+from durable_plans.starter.chat_live import LiveAnswer
 from durable_plans.starter.chat_render import (
     Screen,
     decision_line,
@@ -129,6 +130,7 @@ _PLAN_QUERY_TIMEOUT_S: Final = 5.0
 # A plain-output user gets no spinner; after this long a note says what is being waited
 # for, since an update with no worker polling the queue waits silently forever.
 _SLOW_NOTE_S: Final = 20.0
+_DRAIN_S: Final = 1.0  # for the last streamed batches once the answer is in
 
 
 def _err(message: str) -> None:
@@ -225,19 +227,26 @@ class _Chat:
                 return False
         return True
 
-    async def _waiting(self, awaitable: Awaitable[T], what: str) -> T:
-        """Await a (possibly long) update with a spinner, or a note when it is slow."""
-        if self.screen.is_terminal:
-            with self.screen.console.status(what, spinner="dots"):
-                return await awaitable
+    async def _waiting(
+        self, awaitable: Awaitable[T], what: str, shown: asyncio.Event | None = None
+    ) -> T:
+        """Await a (possibly long) update with a spinner, or a note when it is slow.
+
+        The spinner stops once ``shown`` is set (streamed text is on screen), and the note
+        is not needed then either."""
         task = asyncio.ensure_future(awaitable)
         try:
-            done, _ = await asyncio.wait({task}, timeout=_SLOW_NOTE_S)
-            if not done:
-                _err(
-                    f"still waiting ({what}); is a worker polling task queue "
-                    f"'{self.conn.settings.task_queue}'?"
-                )
+            if self.screen.is_terminal:
+                if shown is None or not shown.is_set():
+                    with self.screen.waiting(what):
+                        await _first_of(task, shown)
+            else:
+                await _first_of(task, shown, limit_s=_SLOW_NOTE_S)
+                if not task.done() and not (shown is not None and shown.is_set()):
+                    _err(
+                        f"still waiting ({what}); is a worker polling task queue "
+                        f"'{self.conn.settings.task_queue}'?"
+                    )
             return await task
         finally:
             task.cancel()
@@ -254,11 +263,27 @@ class _Chat:
         )
         # Tool calls of the turn that wait for approval are asked here, inline.
         approvals = InlineApprovals(self.conn.client, self.handle.id, self.screen, self.input)
-        result = await answer_asking_approvals(update, approvals, self._waiting)
-        self._show_answer(result)
+        async with LiveAnswer(self.conn.client, self.handle.id, self.screen) as live:
 
-    def _show_answer(self, result: SendMessageResult) -> None:
-        self.screen.answer(result.agent, result.answer)
+            def waiting(awaitable: Awaitable[T], what: str) -> Awaitable[T]:
+                return self._waiting(awaitable, what, live.first_output)
+
+            try:
+                result = await answer_asking_approvals(update, approvals, waiting)
+            finally:
+                if not update.done():
+                    update.cancel()
+            await live.drain(_DRAIN_S)
+        self._show_answer(result, live.shown())
+
+    def _show_answer(self, result: SendMessageResult, shown: str | None = None) -> None:
+        """The stored answer, unless the stream already showed exactly that text."""
+        if shown is not None and shown.strip() == result.answer.strip():
+            pass
+        else:
+            if shown is not None:
+                self.screen.line("(the stored answer:)", "dim")
+            self.screen.answer(result.agent, result.answer)
         if result.current_agent != result.agent:
             self.screen.line(f"(now talking to {result.current_agent})", "dim")
 
@@ -365,6 +390,22 @@ class _Chat:
             f"left conversation {self.session_id}; resume it with: "
             f"dplan chat --session {self.session_id}"
         )
+
+
+async def _first_of(
+    task: asyncio.Future[Any], event: asyncio.Event | None, limit_s: float | None = None
+) -> None:
+    """Until ``task`` is done, ``event`` is set or ``limit_s`` seconds have passed."""
+    waiter = asyncio.ensure_future(event.wait()) if event is not None else None
+    try:
+        await asyncio.wait(
+            {task, *([waiter] if waiter else [])},
+            timeout=limit_s,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+    finally:
+        if waiter is not None:
+            waiter.cancel()
 
 
 @contextlib.contextmanager

@@ -5,13 +5,15 @@ transcripts stay greppable).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Final
 
 from rich.console import Console
 from rich.markdown import Markdown
+from rich.status import Status
 from rich.text import Text
 
 from durable_plans.domain.approvals import ApprovalDecision
@@ -104,6 +106,27 @@ class Screen:
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(highlight=False)
         self.is_terminal = self.console.is_terminal
+        self._spinner: Status | None = None
+
+    @contextlib.contextmanager
+    def waiting(self, what: str) -> Iterator[None]:
+        """A spinner on a terminal while nothing else is written: the first line or piece
+        of text written meanwhile stops it (a spinner redrawn under streamed text would
+        break the text's lines)."""
+        if not self.is_terminal:
+            yield
+            return
+        self._spinner = self.console.status(what, spinner="dots")
+        self._spinner.start()
+        try:
+            yield
+        finally:
+            self._quiet()
+
+    def _quiet(self) -> None:
+        if self._spinner is not None:
+            self._spinner.stop()
+            self._spinner = None
 
     @property
     def width(self) -> int:
@@ -112,10 +135,20 @@ class Screen:
         return shutil.get_terminal_size((_PLAIN_WIDTH, 24)).columns
 
     def line(self, text: str, style: str | None = None) -> None:
+        self._quiet()
         if self.is_terminal and style:
             self.console.print(Text(text, style=style), soft_wrap=True)
         else:
             self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def partial(self, text: str, style: str | None = None) -> None:
+        """``text`` with no line end, shown at once (streamed answer text)."""
+        self._quiet()
+        if self.is_terminal and style:
+            self.console.print(Text(text, style=style), end="", soft_wrap=True)
+        else:
+            self.console.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+        self.console.file.flush()
 
     def lines(self, texts: Sequence[str], style: str | None = None) -> None:
         for text in texts:
@@ -125,6 +158,7 @@ class Screen:
         self.line(f"error: {text}", "bold red")
 
     def answer(self, agent: str, text: str) -> None:
+        self._quiet()
         if self.is_terminal:
             self.console.print(Text(f"{agent}:", style="bold cyan"))
             self.console.print(Markdown(text))

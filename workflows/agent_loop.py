@@ -128,6 +128,7 @@ class AgentLoop:
     llm_calls: int = 0
     usage: Usage = field(default_factory=Usage)
     phase: str = "starting"
+    latest: str = ""  # the last answer's text, for watchers (the progress query)
     # The MCP servers' tools fixed when the plan started; the agent's ``mcp`` picks some.
     mcp_servers: tuple[McpServerTools, ...] = ()
 
@@ -173,6 +174,8 @@ class AgentLoop:
                 retry_policy=params.llm_retry,
             )
             self.usage = self.usage + out.usage
+            if out.content and out.content.strip():
+                self.latest = out.content
             self.begin = None  # built: the next calls only read it
             self.branch_closed = self.branch_closed or out.branch_closed
             if not out.tool_calls:
@@ -182,7 +185,7 @@ class AgentLoop:
                 raise LoopFailed(
                     FailureType.EMPTY_ANSWER, "the model ended its turn without an answer"
                 )
-            self.phase = "running tools"
+            self.phase = "running tools: " + ", ".join(ref.name for ref in out.tool_calls)
             notes = await asyncio.gather(
                 *(self._run_call(out.message_id, i, ref) for i, ref in enumerate(out.tool_calls))
             )

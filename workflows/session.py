@@ -19,6 +19,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue
+from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import (
     ActivityError,
     CancelledError,
@@ -78,6 +79,7 @@ with workflow.unsafe.imports_passed_through():
 
 from durable_plans.workflows.agent_loop import AgentLoop, CustomTool, LoopFailed
 from durable_plans.workflows.approvals import ApprovalHandlers
+from durable_plans.workflows.live import carried_stream, release
 from durable_plans.workflows.raw_input import NO_INPUT, decode_input
 from durable_plans.workflows.store_ops import store_op
 
@@ -134,6 +136,8 @@ class SessionWorkflow(ApprovalHandlers):
         self._plan_attempts = 0
         self._followers: list[asyncio.Task[None]] = []
         self.approval_desk.decided = {d.call_id: d for d in inp.approvals}
+        # The LLM calls' live text, for dplan chat (workflows/live.py).
+        self._stream = WorkflowStream(carried_stream(inp.stream_offset))
 
     # ------------------------------------------------------------------ run
 
@@ -146,6 +150,7 @@ class SessionWorkflow(ApprovalHandlers):
                 list(self._input_problems),
             )
         await workflow.wait_condition(lambda: self._ended or self._time_to_continue())
+        await release(self._stream)
         await workflow.wait_condition(
             lambda: not self._busy and self._running_plans == 0 and workflow.all_handlers_finished()
         )
@@ -163,8 +168,13 @@ class SessionWorkflow(ApprovalHandlers):
                 usage=self._usage,
                 max_messages_per_run=self._max_per_run,
                 approvals=self._recent_decisions(),
+                stream_offset=self._stream_offset(),
             )
         )
+
+    def _stream_offset(self) -> int:
+        state = self._stream.get_state()
+        return state.base_offset + len(state.log)
 
     def _recent_decisions(self) -> tuple[ApprovalDecision, ...]:
         return tuple(self.approval_desk.decided.values())[-MAX_CARRIED_DECISIONS:]

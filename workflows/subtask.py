@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from temporalio import workflow
+from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -37,13 +38,17 @@ with workflow.unsafe.imports_passed_through():
 from durable_plans.workflows import versions
 from durable_plans.workflows.agent_loop import AgentLoop, LoopFailed
 from durable_plans.workflows.approvals import ApprovalHandlers
+from durable_plans.workflows.live import release
 from durable_plans.workflows.store_ops import store_op
 
 
 @workflow.defn(name=SUBTASK_WORKFLOW)
 class SubtaskWorkflow(ApprovalHandlers):
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, inp: SubtaskInput) -> None:
         self._loop: AgentLoop | None = None
+        # The LLM calls' live text, for dplan run/status --follow (workflows/live.py).
+        self._stream = WorkflowStream()
 
     @workflow.query
     def progress(self) -> dict[str, object]:
@@ -55,6 +60,7 @@ class SubtaskWorkflow(ApprovalHandlers):
             "turn": loop.turn,
             "llm_calls": loop.llm_calls,
             "usage": loop.usage.model_dump(),
+            "latest": loop.latest,
         }
 
     @workflow.run
@@ -146,3 +152,4 @@ class SubtaskWorkflow(ApprovalHandlers):
                 # Runs on cancellation too: the cancel request was delivered already, so
                 # this activity is scheduled normally and the branch is never left open.
                 await store_op(ACT_END_SUBTASK, end(succeeded))
+            await release(self._stream)

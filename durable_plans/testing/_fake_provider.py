@@ -51,6 +51,10 @@ message, which stay the same across retries and across the turns of one agent lo
     [call:TOOL]            the tool-call turn calls TOOL with {"task": <the whole last user
                            message>} (plus "agent" for spawn_subagent, see [agent:NAME])
     [agent:NAME]           the agent a [call:spawn_subagent] asks for (default coder)
+    [stream-hold]          a streamed answer stops after its first text until
+                           ``POST /control/release-streams`` (``release_streams()``)
+    [stream-cut]           the conversation's first streamed answer with text is cut off
+                           (connection closed) right after its first text
 
 Examples: ``Fix the build [flaky:500x2]``, ``Summarise [fail:400:context]``,
 ``Look around [flaky:429x1:retry-after-ms=1500]``.
@@ -77,6 +81,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -136,6 +141,8 @@ class RecordedRequest:
     reason: str | None = None  # why it was rejected, for rejections
     delivered: bool = False  # the client was still connected when the answer went out
     finished: float | None = None
+    # When the first chunk carrying answer text went out (streamed answers; time.time()).
+    first_text: float | None = None
     # What a completion served: its token counts (``prompt_tokens``, ``completion_tokens``)
     # and the tools it called, so tests can hold the orchestrator's own accounting (its
     # report, its metrics) against what the provider gave out.
@@ -265,6 +272,8 @@ class FakeProvider:
         self._log_bodies = log_bodies
         self._log: IO[str] | None = None
         self._runner: web.AppRunner | None = None
+        self._released = asyncio.Event()  # [stream-hold] answers go on once set
+        self._cut: set[str] = set()  # conversations whose [stream-cut] happened
 
     @property
     def base_url(self) -> str:
@@ -282,6 +291,7 @@ class FakeProvider:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         for path in ("/v1/chat/completions", "/chat/completions"):
             app.router.add_post(path, self._handle)
+        app.router.add_post("/control/release-streams", self._release_streams)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
@@ -317,6 +327,10 @@ class FakeProvider:
         await self.stop()
 
     # -- request handling
+
+    async def _release_streams(self, request: web.Request) -> web.Response:
+        self._released.set()
+        return web.Response(text="released\n")
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -420,10 +434,23 @@ class FakeProvider:
         record.status = 200
         options = (chat.body or {}).get("stream_options")
         with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        directives = chat.last_user_text
+        hold = "[stream-hold]" in directives
+        cut = "[stream-cut]" in directives and chat.conversation not in self._cut
         try:
             await response.prepare(request)
             for chunk in _stream_chunks(body, with_usage):
                 await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                if record.first_text is None and _has_text(chunk):
+                    record.first_text = time.time()
+                    if cut:
+                        self._cut.add(chat.conversation)
+                        record.reason = "cut off mid-stream ([stream-cut])"
+                        if request.transport is not None:
+                            request.transport.close()
+                        return response
+                    if hold:
+                        await asyncio.wait_for(self._released.wait(), HOLD_LIMIT_S)
                 if self.chunk_delay_ms:
                     await asyncio.sleep(self.chunk_delay_ms / 1000.0)
             await response.write(b"data: [DONE]\n\n")
@@ -439,6 +466,13 @@ class FakeProvider:
             line = json.dumps(record.to_json(with_body=self._log_bodies))
             self._log.write(line + "\n")
             self._log.flush()
+
+
+HOLD_LIMIT_S = 120.0  # a [stream-hold] answer goes on by itself after this long
+
+
+def _has_text(chunk: dict[str, Any]) -> bool:
+    return any((c.get("delta") or {}).get("content") for c in chunk.get("choices") or ())
 
 
 STREAM_TEXT_CHARS = 8  # characters of answer text per streamed chunk
@@ -596,6 +630,13 @@ class FakeProviderProcess:
 
     def log_entries(self) -> list[dict[str, Any]]:
         return read_request_log(self.log_path)
+
+    def release_streams(self) -> None:
+        """Let every ``[stream-hold]`` answer, held now or later, go on."""
+        root = self.base_url.rsplit("/v1", 1)[0]
+        request = urllib.request.Request(f"{root}/control/release-streams", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
 
     def identical_request_counts(self, *, completed_only: bool = False) -> dict[str, int]:
         return identical_counts(self.log_entries(), completed_only=completed_only)

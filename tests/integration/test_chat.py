@@ -30,8 +30,12 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from durable_plans.domain.models import PlanReport, PlanStatus
-from durable_plans.domain.session_contracts import SessionState, session_workflow_id
+from durable_plans.domain.models import Message, PlanReport, PlanStatus
+from durable_plans.domain.session_contracts import (
+    HistoryInput,
+    SessionState,
+    session_workflow_id,
+)
 from durable_plans.testing import FakeProviderProcess
 from tests.integration.conftest import FAKE_KEY
 from tests.integration.workers import REPO_ROOT, WorkerProcess
@@ -220,6 +224,90 @@ async def test_chat_asks_inline_for_tool_calls_that_need_approval(
         "state", result_type=SessionState
     )
     assert [(d.call_id, d.approved) for d in state.approvals] == [("0.0.0", True), ("1.0.0", False)]
+
+
+async def _spawn_chat(stack: Stack, session: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "durable_plans.starter",
+        "chat",
+        "--session",
+        session,
+        cwd=REPO_ROOT,
+        env=_cli_env(stack),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def _read_until(stream: asyncio.StreamReader, needle: str) -> str:
+    """What ``stream`` printed up to and including ``needle`` (no line end needed)."""
+    seen = b""
+    async with asyncio.timeout(CLI_TIMEOUT_S):
+        while needle.encode() not in seen:
+            piece = await stream.read(256)
+            if not piece:
+                pytest.fail(f"{needle!r} never printed; got:\n{seen.decode()}")
+            seen += piece
+    return seen.decode()
+
+
+async def test_chat_streams_the_answer_while_the_provider_is_still_sending_it(
+    stack: Stack, client: Client
+) -> None:
+    session = f"chat-stream-{uuid.uuid4().hex[:8]}"
+    proc = await _spawn_chat(stack, session)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(b"Hello [stream-hold]\n")
+        await proc.stdin.drain()
+        # The provider holds the answer after its first few characters until released, so
+        # whatever of it is on screen now was streamed; the whole answer cannot be yet.
+        seen = await _read_until(proc.stdout, "orchestrator: Done: ")
+        assert "  → tool(list_dir)\n" in seen  # the first call's tool start, as it came
+        assert "Based on the tool result" not in seen
+        await asyncio.to_thread(stack.provider.release_streams)
+        proc.stdin.write(b"/quit\n")
+        proc.stdin.close()
+        async with asyncio.timeout(CLI_TIMEOUT_S):
+            rest, err = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    out = seen + rest.decode()
+    assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{err.decode()}"
+    history = await client.get_workflow_handle(session_workflow_id(session)).execute_update(
+        "history", HistoryInput(limit=1), result_type=list[Message]
+    )
+    stored = history[-1].content
+    assert stored and stored.startswith("Done: Hello. Based on the tool result:")
+    # The streamed line is the stored answer, and it is printed once: no second copy.
+    assert f"orchestrator: {stored}\n" in out, out
+    assert out.count("Done: Hello.") == 1, out
+    assert "(the stored answer:)" not in out
+
+
+async def test_a_stream_cut_off_mid_answer_restarts_on_screen_and_stores_the_whole_answer(
+    stack: Stack, client: Client
+) -> None:
+    session = f"chat-cut-{uuid.uuid4().hex[:8]}"
+    code, out, err = await run_cli(stack, ["chat", "--session", session], "Hi [stream-cut]\n")
+    assert code == 0, f"stdout:\n{out}\nstderr:\n{err}"
+    history = await client.get_workflow_handle(session_workflow_id(session)).execute_update(
+        "history", HistoryInput(limit=1), result_type=list[Message]
+    )
+    stored = history[-1].content
+    assert stored and stored.startswith("Done: Hi. Based on the tool result:")
+    # The first attempt showed a few words and broke off; the retry said so and started
+    # the message over, and what it showed is the stored answer, in full.
+    first, retried = out.split("(the answer restarts: attempt 2 of this call)\n", 1)
+    assert "orchestrator: Done: " in first and stored not in first, out
+    assert retried.startswith(f"orchestrator: {stored}\n"), out
+    assert "(the stored answer:)" not in out
+    cut = [e for e in stack.provider.log_entries() if e.get("reason", "") and "cut" in e["reason"]]
+    assert len(cut) == 1 and not cut[0]["delivered"]
 
 
 async def test_end_finishes_the_conversation_for_good(stack: Stack, client: Client) -> None:
