@@ -157,6 +157,12 @@ def _add_status_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     )
     parser.add_argument("plan_id", metavar="PLAN_ID", help="the plan (workflow) id")
     parser.add_argument("--json", action="store_true", help="print the status report as JSON")
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="follow a running plan to its end (each running subtask's step and latest "
+        "text), then print its report; exit 0 completed, 1 otherwise",
+    )
     parser.set_defaults(handler=cmd_status)
 
 
@@ -166,7 +172,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from durable_plans.starter.run_command import status_command
 
     try:
-        return asyncio.run(status_command(args.plan_id, json_output=args.json))
+        return asyncio.run(status_command(args.plan_id, json_output=args.json, follow=args.follow))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 

@@ -11,6 +11,7 @@ change becomes one plain line with no ANSI codes, so logs stay greppable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, SubtaskResult, SubtaskStatus
+from durable_plans.starter.plan_live import PlanWatch, SubtaskNow
 
 __all__ = [
     "StatusFn",
@@ -106,6 +108,7 @@ class _LiveView:
     report: PlanReport | None = None
     note: str | None = None
     spinners: dict[str, Spinner] = field(default_factory=dict)
+    watch: PlanWatch | None = None
 
     def _status_cell(self, result: SubtaskResult) -> RenderableType:
         if result.status is SubtaskStatus.RUNNING:
@@ -134,6 +137,9 @@ class _LiveView:
         table.add_column("", no_wrap=True, overflow="ellipsis")
         for result in self.report.subtasks if self.report else ():
             detail = _one_line(_detail(result, self.descriptions.get(result.id)))
+            now = self.watch.now.get(result.id) if self.watch else None
+            if result.status is SubtaskStatus.RUNNING and now is not None:
+                detail = _one_line(_now_line(now), 90) or detail
             table.add_row(
                 self._status_cell(result),
                 result.id,
@@ -148,13 +154,43 @@ class _LiveView:
         return Group(*parts)
 
 
+def _now_line(now: SubtaskNow) -> str:
+    """A running subtask's step and latest text, as one line."""
+    text = " ".join(now.text.split())
+    if now.step and text:
+        return f"{now.step} · {text}"
+    return now.step or text
+
+
 class _PlainLines:
-    """One line per subtask status change, for logs and pipes."""
+    """One line per subtask status change, for logs and pipes; for running subtasks, one
+    per step and one per answer (and, while an answer streams, its text so far)."""
 
     def __init__(self, out: Console, started: float) -> None:
         self._out = out
         self._started = started
         self._seen: dict[str, SubtaskStatus] = {}
+        self._steps: dict[str, str] = {}
+        self._texts: dict[str, str] = {}
+        self._text_at: dict[str, float] = {}
+
+    def _print(self, line: str) -> None:
+        self._out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def update_now(self, watch: PlanWatch) -> None:
+        clock = _elapsed(time.monotonic() - self._started)
+        for sid, now in list(watch.now.items()):
+            if now.step and self._steps.get(sid) != now.step:
+                self._steps[sid] = now.step
+                self._print(f"[{clock}]   {sid}: {now.step}")
+            if not now.text or self._texts.get(sid) == now.text:
+                continue
+            # Text still being written is shown at most once a second per subtask.
+            if now.text_done or time.monotonic() - self._text_at.get(sid, 0.0) >= 1.0:
+                self._texts[sid] = now.text
+                self._text_at[sid] = time.monotonic()
+                verb = "said" if now.text_done else "writing"
+                self._print(f"[{clock}]   {sid} {verb}: {_one_line(now.text, 100)}")
 
     def update(self, report: PlanReport) -> None:
         for result in report.subtasks:
@@ -173,7 +209,7 @@ class _PlainLines:
                     line += f" — {detail}"
             if result.status is SubtaskStatus.PAUSED:
                 line += f" (dplan resume|skip {report.plan_id} {result.id})"
-            self._out.print(line, markup=False, highlight=False, soft_wrap=True)
+            self._print(line)
 
 
 async def follow_progress(
@@ -185,6 +221,7 @@ async def follow_progress(
     console: Console | None = None,
     interval_s: float = POLL_INTERVAL_S,
     until: asyncio.Future[Any] | None = None,
+    watch: PlanWatch | None = None,
 ) -> PlanReport | None:
     """Show progress until the reported plan is no longer running (or ``until`` is done).
 
@@ -198,6 +235,7 @@ async def follow_progress(
         goal=plan.goal if plan else "",
         web_url=web_url,
         descriptions={s.id: s.description for s in plan.subtasks} if plan else {},
+        watch=watch,
     )
     plain = None if console.is_terminal else _PlainLines(console, view.started)
     if plain is not None:
@@ -214,8 +252,13 @@ async def follow_progress(
                 raise
             except Exception as err:
                 view.note = f"(status unavailable: {_one_line(str(err), 80)})"
+            if watch is not None and view.report is not None:
+                with contextlib.suppress(Exception):  # a display aid: never stops following
+                    await watch.refresh(view.report)
             if plain is not None and view.report is not None:
                 plain.update(view.report)
+                if watch is not None:
+                    plain.update_now(watch)
             # Followed until every subtask is final: a plan that already failed may still
             # have subtasks running, and a paused one waits for an operator.
             if view.report is not None and view.report.subtasks and view.report.finished:
@@ -233,13 +276,17 @@ async def follow_progress(
             if plain is not None:
                 plain.update(final)
 
-    if plain is not None:
-        await poll()
-        settle()
-    else:
-        with Live(view, console=console, refresh_per_second=12, transient=True):
+    try:
+        if plain is not None:
             await poll()
             settle()
+        else:
+            with Live(view, console=console, refresh_per_second=12, transient=True):
+                await poll()
+                settle()
+    finally:
+        if watch is not None:
+            await watch.aclose()
     return view.report
 
 

@@ -57,6 +57,7 @@ from durable_plans.starter.embedded import (
     is_reachable,
     run_in_process_worker,
 )
+from durable_plans.starter.plan_live import PlanWatch
 from durable_plans.starter.progress import follow_progress, report_renderable
 
 T = TypeVar("T")
@@ -309,7 +310,11 @@ async def follow_to_report(
     try:
         if not json_output:
             await follow_progress(
-                lambda: query_status(handle), plan=plan, web_url=url, until=result
+                lambda: query_status(handle),
+                plan=plan,
+                web_url=url,
+                until=result,
+                watch=PlanWatch(conn.client, plan.id),
             )
         report = await result
     finally:
@@ -348,9 +353,12 @@ def describe_notification(outcome: DeliveryOutcome) -> str:
 
 
 async def status_command(
-    plan_id: str, *, json_output: bool, settings: Settings | None = None
+    plan_id: str, *, json_output: bool, settings: Settings | None = None, follow: bool = False
 ) -> int:
-    """Print a plan's live (or final) report; 0 running/completed, 1 failed/cancelled."""
+    """Print a plan's live (or final) report; 0 running/completed, 1 failed/cancelled.
+
+    ``follow``: show its progress (each running subtask's step and latest text) until it
+    ends, then print the final report; the exit code is then the plan's outcome."""
     ensure_logging(json=False, level="WARNING")
     resolved = resolve_settings(settings)
     if resolved is None:
@@ -358,6 +366,8 @@ async def status_command(
     try:
         client = await connect(resolved)
         report = await plan_status(client, plan_id)
+        if follow and not report.finished:
+            report = await _follow_status(client, plan_id, resolved, json_output=json_output)
         notification = await notification_outcome(client, plan_id)
     except TemporalUnreachable as err:
         _err(unreachable_message(err, suggest_embedded=False))
@@ -378,5 +388,30 @@ async def status_command(
         _print_report(report, json_output=json_output, url=url)
         if notification is not None:
             print(describe_notification(notification))
+    if follow:
+        return _exit_code(report)
     ok = (PlanStatus.RUNNING, PlanStatus.PAUSED, PlanStatus.COMPLETED)
     return EXIT_OK if report.status in ok else EXIT_FAILED
+
+
+async def _follow_status(
+    client: Client, plan_id: str, settings: Settings, *, json_output: bool
+) -> PlanReport:
+    """Follow a running plan to its end (``dplan status --follow``); its final report."""
+    handle: WorkflowHandle[Any, PlanReport] = client.get_workflow_handle(
+        plan_id, result_type=PlanReport
+    )
+    url = web_url(settings, settings.temporal_namespace, plan_id)
+    result: asyncio.Future[PlanReport] = asyncio.ensure_future(wait_for_report(handle))
+    try:
+        if not json_output:
+            await follow_progress(
+                lambda: query_status(handle),
+                plan_id=plan_id,
+                web_url=url,
+                until=result,
+                watch=PlanWatch(client, plan_id),
+            )
+        return await result
+    finally:
+        result.cancel()

@@ -71,6 +71,9 @@ async def stack(temporal_env: WorkflowEnvironment, tmp_path: Path) -> AsyncItera
         "DPLAN_SESSION_STORE": str(tmp_path / "sessions.db"),
         "DPLAN_WORKSPACE": str(workspace),
         "DPLAN_STATE_DIR": str(tmp_path / "state"),
+        # Plan subtasks stream too (chat streams in either mode), so `dplan status
+        # --follow` has live text to show.
+        "DPLAN_STREAM": "all",
     }
     worker = WorkerProcess(env, tmp_path / "worker.log").start()
     try:
@@ -242,14 +245,15 @@ async def _spawn_chat(stack: Stack, session: str) -> asyncio.subprocess.Process:
     )
 
 
-async def _read_until(stream: asyncio.StreamReader, needle: str) -> str:
-    """What ``stream`` printed up to and including ``needle`` (no line end needed)."""
+async def _read_until(stream: asyncio.StreamReader, *needles: str) -> str:
+    """What ``stream`` printed until every one of ``needles`` was in it (no line end
+    needed)."""
     seen = b""
     async with asyncio.timeout(CLI_TIMEOUT_S):
-        while needle.encode() not in seen:
+        while not all(needle.encode() in seen for needle in needles):
             piece = await stream.read(256)
             if not piece:
-                pytest.fail(f"{needle!r} never printed; got:\n{seen.decode()}")
+                pytest.fail(f"{needles!r} never all printed; got:\n{seen.decode()}")
             seen += piece
     return seen.decode()
 
@@ -308,6 +312,51 @@ async def test_a_stream_cut_off_mid_answer_restarts_on_screen_and_stores_the_who
     assert "(the stored answer:)" not in out
     cut = [e for e in stack.provider.log_entries() if e.get("reason", "") and "cut" in e["reason"]]
     assert len(cut) == 1 and not cut[0]["delivered"]
+
+
+async def test_status_follow_shows_a_running_subtasks_step_and_the_text_it_is_writing(
+    stack: Stack, tmp_path: Path
+) -> None:
+    plan_id = f"watched-{uuid.uuid4().hex[:8]}"
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "id": plan_id,
+                "goal": "watch one subtask",
+                "subtasks": [{"id": "look", "agent": "coder", "description": "Look [stream-hold]"}],
+            }
+        )
+    )
+    code, out, err = await run_cli(stack, ["run", str(plan), "--no-wait"])
+    assert code == 0, f"stdout:\n{out}\nstderr:\n{err}"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "durable_plans.starter",
+        "status",
+        plan_id,
+        "--follow",
+        cwd=REPO_ROOT,
+        env=_cli_env(stack),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    try:
+        # The provider holds the subtask's answer after its first words: the subtask stays
+        # running, thinking, with that text streamed, until the test lets it go on.
+        seen = await _read_until(proc.stdout, "look writing: Done:", "look: thinking")
+        await asyncio.to_thread(stack.provider.release_streams)
+        async with asyncio.timeout(CLI_TIMEOUT_S):
+            rest, err_bytes = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    out = seen + rest.decode()
+    assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{err_bytes.decode()}"
+    assert re.search(r"✓ look \(coder\) completed", out), out
+    assert "Plan " in out and "COMPLETED" in out, out  # the final report follows
 
 
 async def test_end_finishes_the_conversation_for_good(stack: Stack, client: Client) -> None:

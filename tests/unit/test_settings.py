@@ -217,3 +217,17 @@ def test_metrics_port_and_otlp_endpoint() -> None:
     for bad in ("nine", "0", "70000"):
         with pytest.raises(SettingsError, match="DPLAN_METRICS_PORT"):
             Settings.from_env({"DPLAN_METRICS_PORT": bad})
+
+
+def test_stream_settings_are_read_and_bad_values_named() -> None:
+    s = Settings.from_env({"DPLAN_STREAM": "ALL", "DPLAN_STREAM_INTERVAL_MS": "50"})
+    assert (s.stream, s.stream_interval_s) == ("all", 0.05)
+    assert Settings.from_env({}).stream == "chat"
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({"DPLAN_STREAM": "sometimes"})
+    assert str(info.value) == "DPLAN_STREAM must be one of chat, all, off, got 'sometimes'"
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({"DPLAN_LLM_LEAN": "maybe"})
+    assert "DPLAN_LLM_LEAN must be 1/true/yes/on or 0/false/no/off, got 'maybe'" in str(info.value)
+    assert Settings.from_env({"DPLAN_LLM_LEAN": "off"}).llm_lean is False
+    assert Settings.from_env({"DPLAN_LLM_LEAN": "Yes"}).llm_lean is True
