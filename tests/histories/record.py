@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio.client import Client
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.domain.approvals import ApprovalPolicy
@@ -42,6 +43,7 @@ from durable_plans.domain.session_contracts import (
     SwitchAgentInput,
     session_workflow_id,
 )
+from durable_plans.domain.streaming import LLM_TOPIC, StreamEvent
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
@@ -299,6 +301,45 @@ async def case_pause(env: Env) -> list[str]:
     return [plan.id]
 
 
+async def case_streamed(env: Env) -> list[str]:
+    """(h) A conversation whose answers stream (signals from the LLM activity) while a
+    watcher follows (poll updates), continuing as new after each message."""
+    session_id = "hist-streamed"
+    handle = await env.client.start_workflow(
+        "SessionWorkflow",
+        SessionInput(session_id=session_id, max_messages_per_run=1),
+        id=session_workflow_id(session_id),
+        task_queue=env.task_queue,
+        result_type=SessionState,
+    )
+    ends: list[StreamEvent] = []
+
+    async def watch() -> None:
+        stream = WorkflowStreamClient.create(env.client, handle.id)
+        async for item in stream.subscribe([LLM_TOPIC], result_type=StreamEvent):
+            if item.data.kind == "end":
+                ends.append(item.data)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        for n, text in enumerate(["Look at the project", "Now say more"], start=1):
+            await handle.execute_update(
+                "send_message", SendMessageInput(text=text), result_type=SendMessageResult
+            )
+            # A tool turn and an answer per message; a watcher following continue-as-new
+            # can miss the last batches of a run (README), so this waits a bounded time.
+            deadline = time.monotonic() + 5
+            while len(ends) < 2 * n and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        await handle.signal("end")
+        state = await handle.result()
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+    _expect(state.messages_handled == 2 and len(ends) >= 2, "streamed", (state, ends))
+    return [handle.id]
+
+
 CASES: dict[str, Case] = {
     "success": case_success,
     "failure": case_failure,
@@ -307,6 +348,7 @@ CASES: dict[str, Case] = {
     "session": case_session,
     "pause": case_pause,
     "approval": case_approval,
+    "streamed": case_streamed,
 }
 
 

@@ -38,7 +38,7 @@ SHAPES = (FIRST_RELEASE, CURRENT)
 FILES = sorted(HISTORIES.glob("*/*/*.json"))
 CASES = ("success", "failure", "crash", "subagent", "session")
 # Cases recorded only in later shapes (their feature did not exist before).
-LATER_CASES = {CURRENT.name: ("pause", "approval")}
+LATER_CASES = {CURRENT.name: ("pause", "approval", "streamed")}
 SUCCESS_SUBTASK = CURRENT / "success" / "hist-success__a.0.json"
 PATCH_MARKER = "core_patch"
 
@@ -79,6 +79,11 @@ def test_every_case_is_recorded_with_the_workflows_it_is_about(shape: Path) -> N
     assert sorted(p.name for p in (shape / "session").glob("*.json")) == [
         f"session__hist-session.{i}.json" for i in range(3)
     ]
+    if shape == CURRENT:  # streamed batches (signals) and a watcher's polls (updates)
+        runs = [p.read_text() for p in (shape / "streamed").glob("*.json")]
+        assert len(runs) == 3
+        assert any("__temporal_workflow_stream_publish" in r for r in runs)
+        assert any("__temporal_workflow_stream_poll" in r for r in runs)
 
 
 def test_the_shapes_are_the_ones_before_and_after_the_round_trip_patch() -> None:
