@@ -64,8 +64,8 @@ chromium:
 		echo "chromium is missing (apt-get install chromium): the Temporal Web test will skip"; \
 	fi
 
-# The full run also installs the `bench` extra (the peer of bench.cpu, py-spy);
-# bench-short uses what `make install` installed and skips the peer, saying why.
+# The full run also installs the `bench` extra (the peers of bench.cpu, py-spy);
+# bench-short uses what `make install` installed and skips the peers, saying why.
 BENCH_STAMP := $(VENV)/.installed-bench
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)

@@ -23,15 +23,21 @@ Runners:
   same interpreter, so the only difference is the project's code;
 * ``openai-agents``: the OpenAI Agents SDK's Temporal integration
   (``temporalio.contrib.openai_agents``), one agent run per child workflow, model calls
-  as activities, the tool an activity (``bench._peer_agents``); it needs the ``bench``
-  extra (``pip install -e '.[bench]'``) and is skipped, saying so, without it.
+  as activities, the tool an activity (``bench._peer_agents``);
+* ``pydantic-ai``: Pydantic AI's Temporal integration (``pydantic_ai.durable_exec.temporal``,
+  an ``Agent`` with the ``TemporalDurability`` capability), one agent run per child
+  workflow, model requests and the tool as activities (``bench._peer_pydantic_ai``).
+
+The peers need the ``bench`` extra (``pip install -e '.[bench]'``); each is skipped, saying
+so, without its package, or if its worker fails to warm up.
 
 Printed per runner and width: wall s, wall / ideal, worker CPU ms per subtask and per LLM
 call, dev-server CPU ms per subtask, history events per subtask (the plan's and every
 child's, divided by the subtasks), LLM requests the provider answered; then the ratios
 between runners. Nothing is asserted: the numbers are for reading.
 
-``--short`` (CI): 2 layers, 100 ms latency, no ``--before``; about a minute.
+``--short`` (CI): 2 layers, 100 ms latency, no ``--before``, and one peer (``openai-agents``:
+a fourth worker process made the run a third longer and crowded the others); under a minute.
 """
 
 from __future__ import annotations
@@ -233,6 +239,18 @@ def ours_runner(
     return runner
 
 
+def _peer_env(queue: str, *, address: str, provider: str, workspace: Path) -> dict[str, str]:
+    """What a peer worker reads: where the server, the provider and the workspace are."""
+    return _base_env() | {
+        "TEMPORAL_ADDRESS": address,
+        "PEER_TASK_QUEUE": queue,
+        "PEER_API_BASE": provider,
+        "PEER_API_KEY": FAKE_KEY,
+        "PEER_WORKSPACE": str(workspace),
+        "PYTHONPATH": str(REPO),
+    }
+
+
 def peer_runner(*, address: str, provider: str, workspace: Path) -> Runner | str:
     """The OpenAI Agents SDK peer, or the reason it cannot run here."""
     try:
@@ -243,20 +261,33 @@ def peer_runner(*, address: str, provider: str, workspace: Path) -> Runner | str
     from bench import _peer_agents
 
     queue = f"cpu-peer-{uuid.uuid4().hex[:6]}"
-    env = _base_env() | {
-        "TEMPORAL_ADDRESS": address,
-        "PEER_TASK_QUEUE": queue,
-        "PEER_API_BASE": provider,
-        "PEER_API_KEY": FAKE_KEY,
-        "PEER_WORKSPACE": str(workspace),
-        "PYTHONPATH": str(REPO),
-    }
+    env = _peer_env(queue, address=address, provider=provider, workspace=workspace)
     argv = [sys.executable, "-m", "bench._peer_agents"]
 
     async def start(client: Client, _q: str, subtasks: list[dict[str, Any]], par: int) -> None:
         runner.last_id = await _peer_agents.run_plan(client, queue, subtasks, par)
 
     runner = Runner("openai-agents", argv, REPO, env, start, queue=queue, optional=True)
+    return runner
+
+
+def pydantic_ai_runner(*, address: str, provider: str, workspace: Path) -> Runner | str:
+    """The Pydantic AI peer (its Temporal integration), or the reason it cannot run here."""
+    try:
+        from pydantic_ai.durable_exec import temporal  # noqa: F401
+        from pydantic_ai.models import openai  # noqa: F401
+    except ImportError as err:
+        return f"pydantic-ai is not installed ({err}); pip install -e '.[bench]'"
+    from bench import _peer_pydantic_ai
+
+    queue = f"cpu-pydai-{uuid.uuid4().hex[:6]}"
+    env = _peer_env(queue, address=address, provider=provider, workspace=workspace)
+    argv = [sys.executable, "-m", "bench._peer_pydantic_ai"]
+
+    async def start(client: Client, _q: str, subtasks: list[dict[str, Any]], par: int) -> None:
+        runner.last_id = await _peer_pydantic_ai.run_plan(client, queue, subtasks, par)
+
+    runner = Runner("pydantic-ai", argv, REPO, env, start, queue=queue, optional=True)
     return runner
 
 
@@ -370,11 +401,15 @@ async def measure(args: argparse.Namespace) -> tuple[Results, list[str], dict[st
             )
         )  # fmt: skip
         if args.peers:
-            peer = peer_runner(address=address, provider=provider.base_url, workspace=workspace)
-            if isinstance(peer, str):
-                skipped["openai-agents"] = peer
-            else:
-                runners.append(peer)
+            peers = {"openai-agents": peer_runner}
+            if not args.short:  # --short (CI): one peer, see the module docstring
+                peers["pydantic-ai"] = pydantic_ai_runner
+            for peer_name, make_peer in peers.items():
+                peer = make_peer(address=address, provider=provider.base_url, workspace=workspace)
+                if isinstance(peer, str):
+                    skipped[peer_name] = peer
+                else:
+                    runners.append(peer)
         try:
             for r in runners:
                 r.start(logs)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench._profile import categorise
-from bench.cpu import cpu_seconds, full_layer_plan, peer_runner
+from bench.cpu import cpu_seconds, full_layer_plan, peer_runner, pydantic_ai_runner
 
 
 def test_each_subtask_needs_the_whole_previous_layer() -> None:
@@ -47,3 +47,13 @@ def test_the_peer_is_skipped_with_a_reason_without_its_packages(
     monkeypatch.setitem(sys.modules, "agents", None)  # import agents -> ImportError
     reason = peer_runner(address="127.0.0.1:1", provider="http://127.0.0.1:1", workspace=tmp_path)
     assert isinstance(reason, str) and "pip install -e '.[bench]'" in reason
+
+
+def test_the_pydantic_ai_peer_is_skipped_with_a_reason_without_its_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "pydantic_ai", None)  # import pydantic_ai -> ImportError
+    reason = pydantic_ai_runner(
+        address="127.0.0.1:1", provider="http://127.0.0.1:1", workspace=tmp_path
+    )
+    assert isinstance(reason, str) and "pydantic-ai is not installed" in reason
