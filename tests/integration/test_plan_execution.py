@@ -343,7 +343,10 @@ async def test_a_cancelled_subtask_reports_the_calls_it_made(harness: Harness) -
     assert row.llm_calls in (1, 2)  # the second answer may have been stored before the cancel
     assert row.usage.total_tokens > 0
     stored = [m for m in await harness.store.read(branch) if m.role == "assistant" and m.usage]
-    assert row.llm_calls == len(stored)
+    # The report counts what was stored when the cancel was handled. A call in flight then
+    # (one at most: the loop makes one call at a time) may still store its answer after
+    # the report was written, if its cancellation reached it late (a loaded machine).
+    assert row.llm_calls <= len(stored) <= row.llm_calls + 1
     await assert_replays(harness.client, [plan.id])
 
 
