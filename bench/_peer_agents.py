@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import uuid
+from collections.abc import Awaitable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,8 @@ from temporalio.client import Client
 with workflow.unsafe.imports_passed_through():
     from agents import Agent, Runner
     from temporalio.contrib import openai_agents as _openai_agents
+
+    from bench._peer_dag import run_children
 
 # Typed loosely: the module's names exist only where the `bench` extra (openai-agents) is
 # installed, and mypy runs in environments with and without it.
@@ -79,45 +81,12 @@ class PeerPlanWorkflow:
 
     @workflow.run
     async def run(self, inp: dict[str, Any]) -> dict[str, str]:
-        subtasks: list[dict[str, Any]] = inp["subtasks"]
-        limit = int(inp["max_parallel"])
-        results: dict[str, str] = {}
-        started: set[str] = set()
-        running: dict[asyncio.Task[str], str] = {}
-        while len(results) < len(subtasks):
-            for s in subtasks:
-                if len(running) >= limit:
-                    break
-                if s["id"] in started or any(d not in results for d in s["depends_on"]):
-                    continue
-                context = "".join(f"\n\nResult of {d}: {results[d]}" for d in s["depends_on"])
-                task = asyncio.create_task(
-                    workflow.execute_child_workflow(
-                        PeerSubtaskWorkflow.run,
-                        s["description"] + context,
-                        id=f"{workflow.info().workflow_id}/{s['id']}",
-                    )
-                )
-                running[task] = s["id"]
-                started.add(s["id"])
-            done, _ = await workflow.wait(list(running), return_when=asyncio.FIRST_COMPLETED)
-            for t in done:
-                results[running.pop(t)] = t.result()
-        return results
+        def child(subtask_id: str, task: str) -> Awaitable[str]:
+            return workflow.execute_child_workflow(
+                PeerSubtaskWorkflow.run, task, id=f"{workflow.info().workflow_id}/{subtask_id}"
+            )
 
-
-async def run_plan(
-    client: Client, task_queue: str, subtasks: list[dict[str, Any]], max_parallel: int
-) -> str:
-    """Start the peer plan, wait for it, return its workflow id."""
-    plan_id = f"peer-{uuid.uuid4().hex[:10]}"
-    await client.execute_workflow(
-        "PeerPlanWorkflow",
-        {"subtasks": subtasks, "max_parallel": max_parallel},
-        id=plan_id,
-        task_queue=task_queue,
-    )
-    return plan_id
+        return await run_children(inp, child)
 
 
 async def _serve() -> None:

@@ -63,6 +63,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from bench._peer_dag import run_peer_plan
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
 from durable_plans.plugin import DurablePlansPlugin
@@ -251,6 +252,21 @@ def _peer_env(queue: str, *, address: str, provider: str, workspace: Path) -> di
     }
 
 
+def _peer_runner(
+    name: str, module: str, workflow_name: str, *, address: str, provider: str, workspace: Path
+) -> Runner:
+    """A peer's worker process (``python -m MODULE``) and how to start its plan."""
+    queue = f"cpu-{name}-{uuid.uuid4().hex[:6]}"
+    env = _peer_env(queue, address=address, provider=provider, workspace=workspace)
+    argv = [sys.executable, "-m", module]
+
+    async def start(client: Client, _q: str, subtasks: list[dict[str, Any]], par: int) -> None:
+        runner.last_id = await run_peer_plan(client, queue, workflow_name, subtasks, par)
+
+    runner = Runner(name, argv, REPO, env, start, queue=queue, optional=True)
+    return runner
+
+
 def peer_runner(*, address: str, provider: str, workspace: Path) -> Runner | str:
     """The OpenAI Agents SDK peer, or the reason it cannot run here."""
     try:
@@ -258,17 +274,14 @@ def peer_runner(*, address: str, provider: str, workspace: Path) -> Runner | str
         from temporalio.contrib import openai_agents  # noqa: F401
     except ImportError as err:
         return f"openai-agents is not installed ({err}); pip install -e '.[bench]'"
-    from bench import _peer_agents
-
-    queue = f"cpu-peer-{uuid.uuid4().hex[:6]}"
-    env = _peer_env(queue, address=address, provider=provider, workspace=workspace)
-    argv = [sys.executable, "-m", "bench._peer_agents"]
-
-    async def start(client: Client, _q: str, subtasks: list[dict[str, Any]], par: int) -> None:
-        runner.last_id = await _peer_agents.run_plan(client, queue, subtasks, par)
-
-    runner = Runner("openai-agents", argv, REPO, env, start, queue=queue, optional=True)
-    return runner
+    return _peer_runner(
+        "openai-agents",
+        "bench._peer_agents",
+        "PeerPlanWorkflow",
+        address=address,
+        provider=provider,
+        workspace=workspace,
+    )
 
 
 def pydantic_ai_runner(*, address: str, provider: str, workspace: Path) -> Runner | str:
@@ -278,17 +291,14 @@ def pydantic_ai_runner(*, address: str, provider: str, workspace: Path) -> Runne
         from pydantic_ai.models import openai  # noqa: F401
     except ImportError as err:
         return f"pydantic-ai is not installed ({err}); pip install -e '.[bench]'"
-    from bench import _peer_pydantic_ai
-
-    queue = f"cpu-pydai-{uuid.uuid4().hex[:6]}"
-    env = _peer_env(queue, address=address, provider=provider, workspace=workspace)
-    argv = [sys.executable, "-m", "bench._peer_pydantic_ai"]
-
-    async def start(client: Client, _q: str, subtasks: list[dict[str, Any]], par: int) -> None:
-        runner.last_id = await _peer_pydantic_ai.run_plan(client, queue, subtasks, par)
-
-    runner = Runner("pydantic-ai", argv, REPO, env, start, queue=queue, optional=True)
-    return runner
+    return _peer_runner(
+        "pydantic-ai",
+        "bench._peer_pydantic_ai",
+        "PydaiPlanWorkflow",
+        address=address,
+        provider=provider,
+        workspace=workspace,
+    )
 
 
 # --------------------------------------------------------------------------- the runs

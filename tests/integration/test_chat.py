@@ -229,20 +229,27 @@ async def test_chat_asks_inline_for_tool_calls_that_need_approval(
     assert [(d.call_id, d.approved) for d in state.approvals] == [("0.0.0", True), ("1.0.0", False)]
 
 
-async def _spawn_chat(stack: Stack, session: str) -> asyncio.subprocess.Process:
+async def _spawn_cli(stack: Stack, *args: str) -> asyncio.subprocess.Process:
+    """`python -m durable_plans.starter ARGS`, its pipes left open for the test to use."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "durable_plans.starter",
-        "chat",
-        "--session",
-        session,
+        *args,
         cwd=REPO_ROOT,
         env=_cli_env(stack),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+async def _last_answer(client: Client, session: str) -> str | None:
+    """The conversation's last stored message's text (the answer of its last turn)."""
+    history: list[Message] = await client.get_workflow_handle(
+        session_workflow_id(session)
+    ).execute_update("history", HistoryInput(limit=1), result_type=list[Message])
+    return history[-1].content
 
 
 async def _read_until(stream: asyncio.StreamReader, *needles: str) -> str:
@@ -262,7 +269,7 @@ async def test_chat_streams_the_answer_while_the_provider_is_still_sending_it(
     stack: Stack, client: Client
 ) -> None:
     session = f"chat-stream-{uuid.uuid4().hex[:8]}"
-    proc = await _spawn_chat(stack, session)
+    proc = await _spawn_cli(stack, "chat", "--session", session)
     assert proc.stdin is not None and proc.stdout is not None
     try:
         proc.stdin.write(b"Hello [stream-hold]\n")
@@ -282,10 +289,7 @@ async def test_chat_streams_the_answer_while_the_provider_is_still_sending_it(
             proc.kill()
     out = seen + rest.decode()
     assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{err.decode()}"
-    history = await client.get_workflow_handle(session_workflow_id(session)).execute_update(
-        "history", HistoryInput(limit=1), result_type=list[Message]
-    )
-    stored = history[-1].content
+    stored = await _last_answer(client, session)
     assert stored and stored.startswith("Done: Hello. Based on the tool result:")
     # The streamed line is the stored answer, and it is printed once: no second copy.
     assert f"orchestrator: {stored}\n" in out, out
@@ -299,10 +303,7 @@ async def test_a_stream_cut_off_mid_answer_restarts_on_screen_and_stores_the_who
     session = f"chat-cut-{uuid.uuid4().hex[:8]}"
     code, out, err = await run_cli(stack, ["chat", "--session", session], "Hi [stream-cut]\n")
     assert code == 0, f"stdout:\n{out}\nstderr:\n{err}"
-    history = await client.get_workflow_handle(session_workflow_id(session)).execute_update(
-        "history", HistoryInput(limit=1), result_type=list[Message]
-    )
-    stored = history[-1].content
+    stored = await _last_answer(client, session)
     assert stored and stored.startswith("Done: Hi. Based on the tool result:")
     # The first attempt showed a few words and broke off; the retry said so and started
     # the message over, and what it showed is the stored answer, in full.
@@ -330,18 +331,7 @@ async def test_status_follow_shows_a_running_subtasks_step_and_the_text_it_is_wr
     )
     code, out, err = await run_cli(stack, ["run", str(plan), "--no-wait"])
     assert code == 0, f"stdout:\n{out}\nstderr:\n{err}"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "durable_plans.starter",
-        "status",
-        plan_id,
-        "--follow",
-        cwd=REPO_ROOT,
-        env=_cli_env(stack),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    proc = await _spawn_cli(stack, "status", plan_id, "--follow")
     assert proc.stdout is not None
     try:
         # The provider holds the subtask's answer after its first words: the subtask stays
