@@ -414,7 +414,10 @@ class PlanWorkflow:
             await self._notify(plan, self._report())
             raise
         if carried_over:
-            workflow.continue_as_new(self._carry(inp))
+            # The memo goes along explicitly: the server starts the next run without one,
+            # and until that run's first task upserts it again, ``dplan list`` and Temporal
+            # Web would show a paused plan with no goal, no size and no reason.
+            workflow.continue_as_new(self._carry(inp), memo=workflow.memo())
 
         report = self._report()
         self._visibility.end(report)

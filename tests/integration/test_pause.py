@@ -140,17 +140,18 @@ async def test_pause_survives_sigkill_and_continue_as_new_then_resume_completes(
         # this waits for them.
         memo = await paused_in_temporal(client, plan.id)
         assert "Authentication" in memo[sa.PAUSED_MEMO]["c"]
-        # Visibility is eventually consistent: wait until the list has caught up.
+        # Visibility is eventually consistent (and the plan continues as new around the
+        # pause, so the listed run changes under the test): wait until the list has
+        # caught up with the reason. Were the reason never listed, the test times out.
         while True:
             if await listed_as_paused(client, plan.id):
-                break
+                listing = list_command(
+                    status="paused", query=None, json_output=False, limit=50, settings=settings
+                )
+                assert await listing == 0
+                if f"{plan.id}: c paused — Authentication" in capsys.readouterr().out:
+                    break
             await asyncio.sleep(0.1)
-        listing = list_command(
-            status="paused", query=None, json_output=False, limit=50, settings=settings
-        )
-        assert await listing == 0
-        listed = capsys.readouterr().out
-        assert f"{plan.id}: c paused — Authentication" in listed
 
         first.kill()
         gate.fix()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
@@ -229,6 +230,21 @@ async def children_per_run(client: Client, workflow_id: str) -> list[tuple[int, 
             return runs[::-1]
 
 
+async def memo_at_start_per_run(client: Client, workflow_id: str) -> list[dict[str, Any]]:
+    """The memo each run of ``workflow_id`` started with (its started event), first first."""
+    converter = client.data_converter.payload_converter
+    memos: list[dict[str, Any]] = []
+    run_id: str | None = None
+    while True:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        first = history.events[0].workflow_execution_started_event_attributes
+        fields = first.memo.fields
+        memos.append({key: converter.from_payload(fields[key]) for key in fields})
+        run_id = first.continued_execution_run_id or None
+        if run_id is None:
+            return memos[::-1]
+
+
 async def test_continue_as_new_carries_progress_and_loses_nothing(harness: Harness) -> None:
     subtasks = [(f"s{i}", f"Step {i}", [f"s{i - 1}"] if i % 3 else []) for i in range(9)]
     plan = make_plan(subtasks, session_id="s-can", max_parallel=2)
@@ -258,6 +274,11 @@ async def test_continue_as_new_carries_progress_and_loses_nothing(harness: Harne
     assert all(completed >= limit for _, completed in runs[:-1]), runs
     assert runs[-1][1] >= 1, runs
     assert sum(completed for _, completed in runs) == len(subtasks), runs
+    # Every continued run starts with the plan's memo, so Temporal Web and ``dplan list``
+    # never show a run of the plan without its goal and size.
+    continued = (await memo_at_start_per_run(harness.client, plan.id))[1:]
+    assert len(continued) == len(runs) - 1
+    assert all(m == {"goal": plan.goal, "subtask_count": 9} for m in continued), continued
 
 
 async def child_exists(client: Client, workflow_id: str) -> bool:
