@@ -18,6 +18,7 @@ from pathlib import Path
 
 from durable_plans.domain.models import Budget
 from durable_plans.domain.streaming import STREAM_MODES, StreamMode
+from durable_plans.event_loop import EVENT_LOOPS, EventLoopChoice
 from durable_plans.payload_codec import PayloadKeyError, PayloadKeyring, keyring_from_env
 from durable_plans.starter.connection import (
     DEFAULT_ADDRESS,
@@ -99,13 +100,23 @@ def _temporal(env: Mapping[str, str]) -> TemporalTarget:
         raise SettingsError(str(err)) from None
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    raw = (_opt(env, name) or "0").lower()
+def _flag(env: Mapping[str, str], name: str, *, default: bool = False) -> bool:
+    raw = (_opt(env, name) or ("1" if default else "0")).lower()
     if raw in _YES:
         return True
     if raw in _NO:
         return False
     raise SettingsError(f"{name} must be 1/true/yes/on or 0/false/no/off, got {env[name]!r}")
+
+
+def _event_loop(env: Mapping[str, str]) -> EventLoopChoice:
+    raw = (_opt(env, "DPLAN_EVENT_LOOP") or "auto").lower()
+    for choice in EVENT_LOOPS:
+        if raw == choice:
+            return choice
+    raise SettingsError(
+        f"DPLAN_EVENT_LOOP must be one of {', '.join(EVENT_LOOPS)}, got {env['DPLAN_EVENT_LOOP']!r}"
+    )
 
 
 def _stream_mode(env: Mapping[str, str]) -> StreamMode:
@@ -171,8 +182,13 @@ class Settings:
     ``LLM_ACTIVITY_MARGIN_S`` as its start-to-close timeout."""
     llm_heartbeat_s: float = DEFAULT_PARAMETERS.llm_heartbeat.total_seconds()
     llm_max_attempts: int = DEFAULT_PARAMETERS.llm_max_attempts
-    llm_lean: bool = False
-    """OpenAI-compatible calls skip litellm's per-call machinery (activities/llm_client.py)."""
+    llm_lean: bool = True
+    """OpenAI-compatible calls use litellm's provider transforms without its per-call
+    machinery (activities/llm_client.py); ``DPLAN_LLM_LEAN=0`` sends every call through
+    ``litellm.acompletion``."""
+    event_loop: EventLoopChoice = "auto"
+    """The worker's event loop (``DPLAN_EVENT_LOOP``: auto, uvloop, asyncio;
+    ``durable_plans/event_loop.py``)."""
     stream: StreamMode = "chat"
     """Which LLM calls stream their text to watchers (``DPLAN_STREAM``: chat, all, off;
     ``domain/streaming.py``)."""
@@ -250,8 +266,9 @@ class Settings:
             llm_timeout_s=_float(e, "DPLAN_LLM_TIMEOUT_S", defaults.llm_timeout_s),
             llm_heartbeat_s=_heartbeat(e, defaults.llm_heartbeat_s),
             llm_max_attempts=_int(e, "DPLAN_LLM_MAX_ATTEMPTS", defaults.llm_max_attempts),
-            llm_lean=_flag(e, "DPLAN_LLM_LEAN"),
+            llm_lean=_flag(e, "DPLAN_LLM_LEAN", default=True),
             stream=_stream_mode(e),
+            event_loop=_event_loop(e),
             stream_interval_s=_float(
                 e, "DPLAN_STREAM_INTERVAL_MS", defaults.stream_interval_s * 1000
             )

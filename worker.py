@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from durable_plans import telemetry
+from durable_plans import event_loop, telemetry
 from durable_plans.activities.log import configure_logging, get_logger
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.plugin import DurablePlansPlugin, client_carrying
@@ -160,6 +160,8 @@ async def run_worker(
                 llm_max_attempts=settings.llm_max_attempts,
                 tool_timeout_s=settings.tool_timeout_s,
                 tool_max_attempts=settings.tool_max_attempts,
+                llm_lean=settings.llm_lean,
+                event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
                 # Key ids only, never keys: which key encrypts, which ones decode.
                 payload_keys=list(settings.payload_keys.ids) if settings.payload_keys else None,
                 metrics_port=settings.metrics_port,
@@ -221,12 +223,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"dplan-worker: {err}", file=sys.stderr)
         sys.exit(2)
     try:
-        asyncio.run(run_worker(settings, grace_period=timedelta(seconds=args.grace_period)))
+        event_loop.run(
+            run_worker(settings, grace_period=timedelta(seconds=args.grace_period)),
+            settings.event_loop,
+        )
         # A clean stop exits here, skipping interpreter finalization, which the SDK's
         # native threads can abort (sdk-python#300) and turn exit 0 into a crash.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+    except event_loop.EventLoopUnavailable as err:
+        print(f"dplan-worker: {err}", file=sys.stderr)
+        sys.exit(2)
     except TemporalUnreachable as err:
         print(
             f"dplan-worker: {err}\n"

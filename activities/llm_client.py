@@ -3,28 +3,30 @@
 ``litellm.acompletion`` does a great deal on every call that a worker does not need: it
 builds a logging object and runs its callbacks, resolves the provider and the model's
 price again, builds the request in a thread, sends it through the OpenAI SDK (which walks
-every message and tool schema through its type transforms), wraps the answer in pydantic
-objects and computes its cost, which the activity then computed a second time. With five
-subtasks on two cores, that CPU is what the plan waits for (bench/RESULTS.md, issue 15).
+every message and tool schema through its type transforms) and computes the answer's
+cost, which the activity then computed a second time. With five subtasks on two cores,
+that CPU is what the plan waits for (bench/RESULTS.md, issue 15).
 
 ``LlmClient`` is built once per worker and keeps what can be known once:
 
-* per model: the provider, base URL, key and price, resolved by litellm
-  (``get_llm_provider``, ``get_model_info``) on first use and cached;
+* per model: the provider, base URL, key, headers and price, resolved by litellm
+  (``get_llm_provider``, ``get_model_info``, the provider's chat config) on first use;
 * one shared aiohttp session (one connection pool) for every call.
 
 For OpenAI-compatible chat endpoints (``openai/...`` with or without ``api_base``,
-``openrouter/...``, ``litellm_proxy/...``), a call is then one JSON POST and one JSON
-parse; the answer is a light attribute view of the provider's JSON, and its cost is
-tokens x the cached price. HTTP errors are mapped to litellm's exception types by
-litellm's own ``exception_type`` (so ``llm_errors`` classifies them as before), dropped
-connections and timeouts to litellm's ``APIConnectionError`` / ``Timeout``.
+``openrouter/...`` and ``litellm_proxy/...`` with a base URL), a call is then litellm's
+own provider config at work, with nothing around it: its ``transform_request`` builds the
+body, one POST sends it, its ``transform_response`` turns the answer into litellm's
+``ModelResponse`` (the object ``acompletion`` returns), and the cost is tokens x the
+cached price. HTTP errors are mapped to litellm's exception types by litellm's own
+``exception_type`` (so ``llm_errors`` classifies them as before), dropped connections and
+timeouts to litellm's ``APIConnectionError`` / ``Timeout``.
 
 Everything else — another provider (Anthropic, Bedrock, Vertex, the built-in scripted
-model...), a streaming call, an argument this path does not know — goes through
-``litellm.acompletion`` as before: the lean path is a shortcut, never a second provider
-implementation. The shortcut is opt-in (``DPLAN_LLM_LEAN=1``, ``Settings.llm_lean``): by
-default every call is ``litellm.acompletion``, on the shared route and price caches.
+model...), a streaming call, an argument this path does not send — goes through
+``litellm.acompletion``, on the same route and price caches: the lean path is litellm
+used lean, never a second provider implementation. It is the default;
+``DPLAN_LLM_LEAN=0`` (``Settings.llm_lean``) sends every call through ``acompletion``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 __all__ = ["LEAN_PROVIDERS", "LlmClient"]
@@ -63,16 +64,23 @@ class _Route:
     output_cost: float
     flat_price: bool  # False: tiered or unknown shape; ask litellm per call
     headers: dict[str, str] = field(default_factory=dict)  # sent with every request
+    config: Any = None  # litellm's chat config for the provider (its transforms)
+    base: str | None = None
 
 
-def _view(value: Any) -> Any:
-    """JSON as attribute access (``response.choices[0].message.content``), as litellm's
-    response objects offer it; missing attributes read as ``None`` through ``getattr``."""
-    if isinstance(value, dict):
-        return SimpleNamespace(**{k: _view(v) for k, v in value.items()})
-    if isinstance(value, list):
-        return [_view(v) for v in value]
-    return value
+class _NoLogging:
+    """Stands in for litellm's per-call logging object: its transforms report the raw
+    answer to it, and a lean call keeps no such record (the activity's own metrics and
+    spans say what happened, without the prompt)."""
+
+    def post_call(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def pre_call(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_NO_LOGGING = _NoLogging()
 
 
 class LlmClient:
@@ -116,26 +124,42 @@ class LlmClient:
             flat = not any("_above_" in k and v for k, v in info.items())
         except Exception:
             pass  # an unpriced model is not an error; tokens are still counted
-        url = None
-        if provider in LEAN_PROVIDERS:
-            base = api_base or base or os.environ.get(_BASE_ENV.get(provider, ""), "")
-            if provider == "openai" and not base:  # litellm's own order of precedence
-                base = (
-                    os.environ.get("OPENAI_BASE_URL")
-                    or os.environ.get("OPENAI_API_BASE")
-                    or "https://api.openai.com/v1"
-                )
-            key = api_key or dynamic_key or os.environ.get(_KEY_ENV[provider])
-            if base:
-                url = base.rstrip("/") + "/chat/completions"
-            headers = {"Content-Type": "application/json"}
-            if key:
-                headers["Authorization"] = f"Bearer {key}"
-            organization = os.environ.get("OPENAI_ORGANIZATION")
-            if organization and provider == "openai":
-                headers["OpenAI-Organization"] = organization
-            return _Route(name, provider, url, key, input_cost, output_cost, flat, headers)
-        return _Route(name, provider, None, None, input_cost, output_cost, flat)
+        if provider not in LEAN_PROVIDERS:
+            return _Route(name, provider, None, None, input_cost, output_cost, flat)
+        base = api_base or base or os.environ.get(_BASE_ENV.get(provider, ""), "")
+        if provider == "openai" and not base:  # litellm's own order of precedence
+            base = (
+                os.environ.get("OPENAI_BASE_URL")
+                or os.environ.get("OPENAI_API_BASE")
+                or "https://api.openai.com/v1"
+            )
+        if not base:  # litellm knows where this provider lives; let it say
+            return _Route(name, provider, None, None, input_cost, output_cost, flat)
+        key = api_key or dynamic_key or os.environ.get(_KEY_ENV[provider])
+        try:
+            config = litellm.ProviderConfigManager.get_provider_chat_config(
+                model=name, provider=litellm.LlmProviders(provider)
+            )
+            url = config.get_complete_url(
+                api_base=base, api_key=key, model=name, optional_params={}, litellm_params={}
+            )
+            headers = config.validate_environment(
+                headers={},
+                model=name,
+                messages=[],
+                optional_params={},
+                litellm_params={},
+                api_key=key,
+                api_base=base,
+            )
+        except Exception:  # a litellm without this config: its full path knows best
+            return _Route(name, provider, None, None, input_cost, output_cost, flat)
+        organization = os.environ.get("OPENAI_ORGANIZATION")
+        if organization and provider == "openai":
+            headers["OpenAI-Organization"] = organization
+        return _Route(
+            name, provider, url, key, input_cost, output_cost, flat, headers, config, base
+        )
 
     # ------------------------------------------------------------------ calls
 
@@ -143,32 +167,71 @@ class LlmClient:
         route = self.route(kwargs["model"], kwargs.get("api_base"), kwargs.get("api_key"))
         if not self._lean or route.url is None or not _KNOWN_KWARGS.issuperset(kwargs):
             return await self._litellm.acompletion(**kwargs)
-        body: dict[str, Any] = {"model": route.model, "messages": kwargs["messages"]}
-        if kwargs.get("tools"):
-            body["tools"] = kwargs["tools"]
-        status, text, response_headers = await self._post(
+        messages = kwargs["messages"]
+        optional: dict[str, Any] = {"tools": kwargs["tools"]} if kwargs.get("tools") else {}
+        litellm_params = {"custom_llm_provider": route.provider, "api_base": route.base}
+        body = route.config.transform_request(
+            route.model, list(messages), dict(optional), litellm_params, dict(route.headers)
+        )
+        status, content, response_headers = await self._post(
             route, body, route.headers, seconds=kwargs.get("timeout")
         )
         if status >= 400:
+            text = content.decode(errors="replace")
             raise self._http_error(route, status, text, response_headers)
+        return self._response(route, body, messages, optional, status, content, response_headers)
+
+    def _response(
+        self,
+        route: _Route,
+        body: dict[str, Any],
+        messages: list[Any],
+        optional: dict[str, Any],
+        status: int,
+        content: bytes,
+        headers: dict[str, str],
+    ) -> Any:
+        """litellm's ``ModelResponse`` for the answer, by the provider config's own
+        transform, priced from the cached price."""
+        import httpx
+
+        litellm = self._litellm
+        assert route.url is not None
+        raw = httpx.Response(
+            status, content=content, headers=headers, request=httpx.Request("POST", route.url)
+        )
         try:
-            data = json.loads(text)
-        except ValueError:
-            raise self._litellm.APIError(
+            response = route.config.transform_response(
+                model=route.model,
+                raw_response=raw,
+                model_response=litellm.ModelResponse(),
+                logging_obj=_NO_LOGGING,
+                request_data=body,
+                messages=messages,
+                optional_params=optional,
+                litellm_params={},
+                encoding=None,
+            )
+        except Exception as exc:
+            raise litellm.APIError(
                 status_code=500,
-                message=f"the provider's answer is not JSON: {text[:200]!r}",
+                message=f"the provider's answer is not a chat completion ({exc}): "
+                f"{content[:200]!r}",
                 llm_provider=route.provider,
                 model=route.model,
             ) from None
-        if not isinstance(data, dict):
-            data = {}
-        response = _view(data)
-        response._hidden_params = {"response_cost": self._cost(route, data)}
+        usage = getattr(response, "usage", None)
+        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        hidden = getattr(response, "_hidden_params", None)
+        if not isinstance(hidden, dict):
+            hidden = response._hidden_params = {}
+        hidden["response_cost"] = self._cost(route, prompt, completion)
         return response
 
     async def _post(
         self, route: _Route, body: dict[str, Any], headers: dict[str, str], *, seconds: Any
-    ) -> tuple[int, str, dict[str, str]]:
+    ) -> tuple[int, bytes, dict[str, str]]:
         import aiohttp
 
         litellm = self._litellm
@@ -183,7 +246,7 @@ class LlmClient:
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=total),
             ) as resp:
-                return resp.status, await resp.text(), dict(resp.headers)
+                return resp.status, await resp.read(), dict(resp.headers)
         except TimeoutError:
             raise litellm.Timeout(
                 message=f"no answer within {total} s",
@@ -204,14 +267,23 @@ class LlmClient:
         import httpx
         from litellm.llms.openai.common_utils import OpenAIError
 
-        message = text
+        # Worded and shaped as the OpenAI SDK words a status error, which is what
+        # litellm's own path hands ``exception_type`` (it matches on that text: a
+        # content-policy refusal is told apart from another 400 by it).
+        body: Any = None
+        stripped = text.strip()
         try:
-            err = json.loads(text).get("error")
-            if isinstance(err, dict) and err.get("message"):
-                message = str(err["message"])
-        except (ValueError, AttributeError):
-            pass
-        original = OpenAIError(status_code=status, message=message, headers=httpx.Headers(headers))
+            parsed = json.loads(stripped)
+            message = f"Error code: {status} - {parsed}"
+            body = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
+        except ValueError:
+            message = stripped or f"Error code: {status}"
+        original = OpenAIError(
+            status_code=status,
+            message=message,
+            headers=httpx.Headers(headers),
+            body=body if isinstance(body, dict) else None,
+        )
         try:
             mapped = self._litellm.exception_type(
                 model=route.model,
@@ -224,10 +296,7 @@ class LlmClient:
             return raised
         return mapped if isinstance(mapped, BaseException) else original
 
-    def _cost(self, route: _Route, data: dict[str, Any]) -> float:
-        usage = data.get("usage") or {}
-        prompt = int(usage.get("prompt_tokens") or 0)
-        completion = int(usage.get("completion_tokens") or 0)
+    def _cost(self, route: _Route, prompt: int, completion: int) -> float:
         if route.flat_price:
             return prompt * route.input_cost + completion * route.output_cost
         try:

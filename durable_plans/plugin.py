@@ -100,6 +100,8 @@ PASSTHROUGH_MODULES: tuple[str, ...] = (
     "durable_plans.workflows.store_ops",
     "durable_plans.workflows.agent_loop",
     "durable_plans.workflows.visibility",
+    "durable_plans.workflows.approvals",
+    "durable_plans.workflows.live",
 )
 
 # Exceptions that fail the workflow instead of its workflow task. A pydantic

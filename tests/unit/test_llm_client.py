@@ -61,7 +61,9 @@ def ask(provider: FakeProvider, text: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-async def test_an_openai_compatible_call_is_one_plain_post(provider: FakeProvider) -> None:
+async def test_an_openai_compatible_call_is_one_post_built_by_litellms_transforms(
+    provider: FakeProvider,
+) -> None:
     lit = CountingLitellm()
     client = LlmClient(lit, lean=True)
     try:
@@ -142,7 +144,75 @@ async def test_other_providers_streaming_and_the_switch_take_litellms_full_path(
 
 
 def test_the_switch_reads_the_environment() -> None:
-    assert Settings.from_env({}).llm_lean is False  # opt-in: litellm.acompletion by default
+    assert Settings.from_env({}).llm_lean is True  # the default: litellm used lean
     assert Settings.from_env({"DPLAN_LLM_LEAN": "0"}).llm_lean is False
     assert Settings.from_env({"DPLAN_LLM_LEAN": " On "}).llm_lean is True
     assert Settings.from_env({"DPLAN_LLM_LEAN": "1"}).llm_lean is True
+
+
+# Every fault the fake provider can inject: the lean path must classify each exactly as
+# litellm.acompletion does (the expected classes themselves are in test_fake_provider.py).
+FAULT_DIRECTIVES = [
+    "[fail:400]",
+    "[fail:400:context]",
+    "[fail:400:content-policy]",
+    "[fail:401]",
+    "[fail:403]",
+    "[fail:404]",
+    "[fail:409]",
+    "[fail:422]",
+    "[fail:429]",
+    "[fail:429:retry-after=2]",
+    "[fail:429:retry-after-ms=1500]",
+    "[fail:500]",
+    "[fail:502]",
+    "[fail:503:retry-after=3]",
+    "[fail:504]",
+    "[drop]",
+    "[bad-json]",
+]
+
+
+@pytest.mark.parametrize("directive", FAULT_DIRECTIVES)
+async def test_the_lean_path_classifies_every_fault_as_acompletion_does(
+    provider: FakeProvider, directive: str
+) -> None:
+    verdicts = []
+    for lean in (True, False):
+        lit = CountingLitellm()
+        client = LlmClient(lit, lean=lean)
+        try:
+            with pytest.raises(Exception) as raised:
+                await client.acompletion(**ask(provider, f"Do the thing {directive}"))
+        finally:
+            await client.aclose()
+        assert lit.full_calls == (0 if lean else 1)
+        verdict = classify_llm_error(raised.value)
+        assert KEY not in verdict.message
+        verdicts.append((verdict.type, verdict.retryable, verdict.retry_after_s))
+    assert verdicts[0] == verdicts[1]
+
+
+@pytest.mark.parametrize("task", ["Look around", "Look around [dup-ids]", "Plain answer [turns:0]"])
+async def test_the_lean_path_answers_as_acompletion_does(provider: FakeProvider, task: str) -> None:
+    """Same request, same answer: the stored message, finish reason and tokens are the
+    same whichever path asked, and the lean answer is litellm's own ModelResponse."""
+    lit = CountingLitellm()
+    results = []
+    for lean in (True, False):
+        client = LlmClient(lit, lean=lean)
+        try:
+            response = await client.acompletion(**ask(provider, task))
+        finally:
+            await client.aclose()
+        if lean:
+            assert isinstance(response, lit.ModelResponse)
+        message, finish = message_from_response(response, msg_id="m1")
+        usage = usage_of(lit, response)
+        results.append((message, finish, usage.prompt_tokens, usage.completion_tokens))
+    assert lit.full_calls == 1
+    assert results[0] == results[1]
+    lean_body, full_body = (r.body for r in provider.completions())
+    assert lean_body is not None and full_body is not None
+    assert lean_body["messages"] == full_body["messages"]
+    assert lean_body["tools"] == full_body["tools"]
