@@ -1,7 +1,7 @@
 """Worker CPU per subtask, side by side: ours, ours at another commit, and peers.
 
     python -m bench.cpu [--short] [--widths 4,5] [--layers 4] [--latency-ms 500]
-                        [--repeats 1] [--before REV_OR_DIR] [--no-peers]
+                        [--repeats 1] [--before REV_OR_DIR] [--no-peers] [--variants V,...]
 
 When five subtasks run at once on two cores, the CPU each one costs the worker is what
 they wait for. This benchmark measures that CPU directly, not wall time: every runner is
@@ -18,6 +18,10 @@ Runners:
 
 * ``ours``: this tree's worker (``durable_plans.worker``: PlanWorkflow → one
   SubtaskWorkflow per subtask, LLM calls through litellm as activities);
+* ``ours-acompletion``, ``ours-asyncio`` (``--variants``; both by default, none with
+  ``--short``): this tree with one default switched back (``DPLAN_LLM_LEAN=0``: every
+  call through ``litellm.acompletion``; ``DPLAN_EVENT_LOOP=asyncio``), so each default's
+  worth is measured in the same run;
 * ``before`` (with ``--before REV``): the same worker at another commit, checked out
   into a temporary git worktree (or a directory given as is) and run from there on the
   same interpreter, so the only difference is the project's code;
@@ -64,8 +68,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from bench._peer_dag import run_peer_plan
-from durable_plans.domain.contracts import PlanInput
-from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
+from durable_plans.domain.models import PlanReport, PlanStatus
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.starter.embedded import temporal_binary
 from durable_plans.testing import FakeProviderProcess
@@ -75,6 +78,11 @@ FAKE_KEY = "sk-bench-fake-000000000000000000000000000"  # the fake provider chec
 LLM_CALLS_PER_SUBTASK = 2
 REPO = Path(__file__).resolve().parent.parent
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# ``--variants``: this tree with one default switched back (what each default is worth).
+VARIANTS: dict[str, dict[str, str]] = {
+    "ours-acompletion": {"DPLAN_LLM_LEAN": "0"},  # every call through litellm.acompletion
+    "ours-asyncio": {"DPLAN_EVENT_LOOP": "asyncio"},  # asyncio's loop, not uvloop
+}
 
 
 # --------------------------------------------------------------------------- measuring
@@ -182,26 +190,30 @@ def _base_env() -> dict[str, str]:
 
 
 async def _start_ours(client: Client, queue: str, subtasks: list[dict[str, Any]], par: int) -> str:
-    plan = Plan(
-        id=f"cpu-{uuid.uuid4().hex[:10]}",
-        goal="worker CPU benchmark",
-        max_parallel=par,
-        subtasks=tuple(
-            Subtask(
-                id=s["id"],
-                description=s["description"],
-                agent="coder",
-                depends_on=tuple(s["depends_on"]),
-            )
+    """Start the plan from its plan file's JSON, as ``temporal workflow start`` would: every
+    release since the raw-input change accepts it, whatever fields ``PlanInput`` has grown
+    since (a ``--before`` tree refuses fields it does not know)."""
+    plan_id = f"cpu-{uuid.uuid4().hex[:10]}"
+    plan_file = {
+        "id": plan_id,
+        "goal": "worker CPU benchmark",
+        "max_parallel": par,
+        "subtasks": [
+            {
+                "id": s["id"],
+                "description": s["description"],
+                "agent": "coder",
+                "depends_on": list(s["depends_on"]),
+            }
             for s in subtasks
-        ),
-    )
+        ],
+    }
     report = await client.execute_workflow(
-        "PlanWorkflow", PlanInput(plan=plan), id=plan.id, task_queue=queue, result_type=PlanReport
+        "PlanWorkflow", plan_file, id=plan_id, task_queue=queue, result_type=PlanReport
     )
     if report.status is not PlanStatus.COMPLETED:
-        raise RuntimeError(f"plan {plan.id} ended {report.status.value}: {report.counts}")
-    return plan.id
+        raise RuntimeError(f"plan {plan_id} ended {report.status.value}: {report.counts}")
+    return plan_id
 
 
 def ours_runner(
@@ -400,16 +412,17 @@ async def measure(args: argparse.Namespace) -> tuple[Results, list[str], dict[st
         runners.append(
             ours_runner(
                 "ours", REPO, address=address, provider=provider.base_url, tmp=tmp,
-                workspace=workspace, extra_env={"DPLAN_LLM_LEAN": "0"},
+                workspace=workspace,
             )
         )  # fmt: skip
-        # The opt-in shortcut for OpenAI-compatible endpoints (activities/llm_client.py).
-        runners.append(
-            ours_runner(
-                "ours-lean", REPO, address=address, provider=provider.base_url, tmp=tmp,
-                workspace=workspace, extra_env={"DPLAN_LLM_LEAN": "1"},
-            )
-        )  # fmt: skip
+        # This tree with one of its defaults switched back, to show what each is worth.
+        for variant in args.variants:
+            runners.append(
+                ours_runner(
+                    variant, REPO, address=address, provider=provider.base_url, tmp=tmp,
+                    workspace=workspace, extra_env=VARIANTS[variant],
+                )
+            )  # fmt: skip
         if args.peers:
             peers = {"openai-agents": peer_runner}
             if not args.short:  # --short (CI): one peer, see the module docstring
@@ -574,7 +587,18 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "include py-spy's own)",
     )
     parser.add_argument("--no-peers", dest="peers", action="store_false", help="skip peers")
+    parser.add_argument(
+        "--variants",
+        help=f"comma-separated, from {', '.join(VARIANTS)}; 'none' for none "
+        "(default: all, none with --short)",
+    )
     args = parser.parse_args(argv)
+    if args.variants is None:
+        args.variants = "none" if args.short else ",".join(VARIANTS)
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip() not in ("", "none")]
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
     try:
         args.widths = [int(w) for w in str(args.widths).split(",") if w.strip()]
     except ValueError:
