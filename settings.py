@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from durable_plans.domain.models import Budget
 from durable_plans.domain.streaming import STREAM_MODES, StreamMode
@@ -31,6 +32,8 @@ from durable_plans.starter.connection import (
 from durable_plans.workflows.policies import DEFAULT_PARAMETERS, ActivityParameters
 
 SCRIPTED_MODEL = "scripted/demo"
+
+_C = TypeVar("_C", bound=str)  # one of a setting's fixed choices
 
 # The LLM activity's start-to-close timeout is the provider request's timeout plus this:
 # the session-store reads and writes around the request must fit in the same attempt.
@@ -109,24 +112,13 @@ def _flag(env: Mapping[str, str], name: str, *, default: bool = False) -> bool:
     raise SettingsError(f"{name} must be 1/true/yes/on or 0/false/no/off, got {env[name]!r}")
 
 
-def _event_loop(env: Mapping[str, str]) -> EventLoopChoice:
-    raw = (_opt(env, "DPLAN_EVENT_LOOP") or "auto").lower()
-    for choice in EVENT_LOOPS:
+def _choice(env: Mapping[str, str], name: str, choices: tuple[_C, ...]) -> _C:
+    """One of ``choices`` (case and surrounding blanks ignored); unset means the first."""
+    raw = (_opt(env, name) or choices[0]).lower()
+    for choice in choices:
         if raw == choice:
             return choice
-    raise SettingsError(
-        f"DPLAN_EVENT_LOOP must be one of {', '.join(EVENT_LOOPS)}, got {env['DPLAN_EVENT_LOOP']!r}"
-    )
-
-
-def _stream_mode(env: Mapping[str, str]) -> StreamMode:
-    raw = (_opt(env, "DPLAN_STREAM") or "chat").lower()
-    for mode in STREAM_MODES:
-        if raw == mode:
-            return mode
-    raise SettingsError(
-        f"DPLAN_STREAM must be one of {', '.join(STREAM_MODES)}, got {env['DPLAN_STREAM']!r}"
-    )
+    raise SettingsError(f"{name} must be one of {', '.join(choices)}, got {env[name]!r}")
 
 
 def _opt(env: Mapping[str, str], name: str) -> str | None:
@@ -267,8 +259,8 @@ class Settings:
             llm_heartbeat_s=_heartbeat(e, defaults.llm_heartbeat_s),
             llm_max_attempts=_int(e, "DPLAN_LLM_MAX_ATTEMPTS", defaults.llm_max_attempts),
             llm_lean=_flag(e, "DPLAN_LLM_LEAN", default=True),
-            stream=_stream_mode(e),
-            event_loop=_event_loop(e),
+            stream=_choice(e, "DPLAN_STREAM", STREAM_MODES),
+            event_loop=_choice(e, "DPLAN_EVENT_LOOP", EVENT_LOOPS),
             stream_interval_s=_float(
                 e, "DPLAN_STREAM_INTERVAL_MS", defaults.stream_interval_s * 1000
             )
