@@ -19,7 +19,7 @@ import importlib.util
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
-__all__ = ["EVENT_LOOPS", "EventLoopChoice", "loop_factory", "run"]
+__all__ = ["EVENT_LOOPS", "EventLoopChoice", "EventLoopUnavailable", "loop_factory", "run"]
 
 T = TypeVar("T")
 EventLoopChoice = Literal["auto", "uvloop", "asyncio"]
