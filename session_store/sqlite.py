@@ -3,10 +3,17 @@
 Concurrency: the file is in WAL mode, so readers never block the writer or each other.
 Every write runs in ``BEGIN IMMEDIATE``, which takes SQLite's single write lock up front;
 that is what serializes writers of a session (and makes read-then-insert of ``seq`` safe)
-across store instances and processes, with ``busy_timeout`` turning contention into a
-wait. Inside one store an ``asyncio.Lock`` queues writers before they reach SQLite, so
-tasks of one process wait on the event loop instead of in SQLite's sleep-and-retry busy
-handler. Reads use a small pool of connections (each aiosqlite connection owns a thread).
+across store instances and processes.
+
+Where it runs: on the caller's event loop, on one connection, each operation whole (a
+read, or a write transaction from BEGIN to COMMIT) with no await inside, so operations of
+one store never interleave. A SQLite call on a file this size takes microseconds; handing
+each one to a thread, as aiosqlite does, cost far more than the call itself (measured on
+one subtask's store traffic, bench/RESULTS.md: 5.7 ms of CPU with a thread per
+connection and one hand-off per operation, 2.3 ms here). What could block the loop is
+kept off it: the connection has no busy timeout, so a lock held by another process is
+reported at once and waited out with ``asyncio.sleep`` (``_when_unlocked``), and
+checkpoints, which sync the files to disk, run in a thread (``_checkpoint``).
 
 Layout: one row per message (compact JSON body plus ``seq``/``id``/``is_result``) and the
 same row shape for snapshot copies, so snapshot and restore are ``INSERT ... SELECT``
@@ -19,14 +26,12 @@ Usage ledger (schema version 2): see ``_SCHEMA_V2``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
-
-import aiosqlite
+from typing import Any, TypeVar
 
 from durable_plans.domain.models import Message, SessionMeta, Usage
 from durable_plans.session_store import _codec
@@ -39,11 +44,14 @@ from durable_plans.session_store.base import (
 
 SCHEMA_VERSION = 2
 _BUSY_TIMEOUT_MS = 30_000
+_BUSY_TIMEOUT_S = _BUSY_TIMEOUT_MS / 1000
+
+T = TypeVar("T")
 
 _PRAGMAS = (
-    f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}",
     "PRAGMA foreign_keys=ON",
     "PRAGMA synchronous=NORMAL",
+    "PRAGMA wal_autocheckpoint=0",  # see _checkpoint
 )
 
 # Statements, not a script: executescript() would COMMIT the guarding transaction.
@@ -163,26 +171,20 @@ class SqliteSessionStore:
     schema are created on first use); ``await SqliteSessionStore.open(path)`` does that
     eagerly so configuration errors surface at start-up."""
 
-    def __init__(self, path: str | Path, *, readers: int = 4) -> None:
+    def __init__(self, path: str | Path) -> None:
         if str(path) == ":memory:" or str(path).startswith("file:"):
             raise ValueError(
                 "SqliteSessionStore needs a file path (connections must share one database)"
             )
-        if readers < 1:
-            raise ValueError("readers must be at least 1")
         self._path = Path(path)
-        self._max_readers = readers
-        self._writer: aiosqlite.Connection | None = None
-        self._idle_readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
-        self._connections: list[aiosqlite.Connection] = []
-        self._reader_count = 0
-        self._write_lock = asyncio.Lock()
+        self._conn: sqlite3.Connection | None = None
         self._open_lock = asyncio.Lock()
         self._closed = False
+        self._commits = 0
 
     @classmethod
-    async def open(cls, path: str | Path, *, readers: int = 4) -> SqliteSessionStore:
-        store = cls(path, readers=readers)
+    async def open(cls, path: str | Path) -> SqliteSessionStore:
+        store = cls(path)
         await store._ensure_open()
         return store
 
@@ -190,195 +192,186 @@ class SqliteSessionStore:
     def path(self) -> Path:
         return self._path
 
-    # ----------------------------------------------------------------- connections
+    # ----------------------------------------------------------------- the connection
 
-    async def _connect(self) -> aiosqlite.Connection:
-        # isolation_level=None: the sqlite3 module must not open transactions behind our
-        # back; every transaction here is an explicit BEGIN.
-        conn = await aiosqlite.connect(
-            self._path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000
-        )
-        try:
-            for pragma in _PRAGMAS:
-                await conn.execute(pragma)
-        except BaseException:
-            await conn.close()
-            raise
-        self._connections.append(conn)
-        return conn
-
-    async def _ensure_open(self) -> aiosqlite.Connection:
+    async def _ensure_open(self) -> sqlite3.Connection:
         if self._closed:
             raise SessionStoreError("session store is closed")
-        if self._writer is not None:
-            return self._writer
+        if self._conn is not None:
+            return self._conn
         async with self._open_lock:
-            if self._writer is None:
+            if self._conn is None:
                 self._path.parent.mkdir(parents=True, exist_ok=True)
-                writer = await self._connect()
-                try:
-                    await self._initialize(writer)
-                except BaseException:
-                    self._connections.remove(writer)
-                    await writer.close()
-                    raise
-                self._writer = writer
-        return self._writer
-
-    async def _initialize(self, conn: aiosqlite.Connection) -> None:
-        async def attempt() -> None:
-            await conn.execute("PRAGMA journal_mode=WAL")
-            await self._migrate(conn)
-
-        await _while_locked(attempt)
-
-    async def _migrate(self, conn: aiosqlite.Connection) -> None:
-        # Under the write lock so two processes opening a fresh file create it once.
-        await conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = int((await _one(conn, "PRAGMA user_version", ()))[0])
-            if version > SCHEMA_VERSION:
-                raise SessionStoreError(
-                    f"{self._path} has schema version {version}; this code knows up to "
-                    f"{SCHEMA_VERSION} (upgrade durable-plans)"
+                # isolation_level=None: the sqlite3 module must not open transactions
+                # behind our back; every transaction here is an explicit BEGIN. timeout=0:
+                # a lock held elsewhere is reported at once, and waited for in _run.
+                # check_same_thread=False: the store may be used from any one thread at a
+                # time (no call here ever yields while it holds the connection).
+                conn = sqlite3.connect(
+                    self._path, isolation_level=None, timeout=0, check_same_thread=False
                 )
-            # Step by step, all in this one transaction: a file of any older version ends
-            # up exactly like a fresh one, or (on error) untouched.
-            for step in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[step]:
-                    await conn.execute(statement)
-            if version < SCHEMA_VERSION:
-                await conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            await conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                await conn.execute("ROLLBACK")
-            raise
-
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
-        conn = await self._ensure_open()
-        async with self._write_lock:
-            await _while_locked(lambda: conn.execute("BEGIN IMMEDIATE"))
-            try:
-                yield conn
-                await conn.execute("COMMIT")
-            except BaseException:
-                # SQLite rolls some failures back by itself; a second ROLLBACK would raise
-                # "no transaction is active" and hide the original error.
-                if conn.in_transaction:
-                    await conn.execute("ROLLBACK")
-                raise
-
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
-        await self._ensure_open()
-        try:
-            conn = self._idle_readers.get_nowait()
-        except asyncio.QueueEmpty:
-            if self._reader_count < self._max_readers:
-                self._reader_count += 1
                 try:
-                    conn = await self._connect()
+                    for pragma in _PRAGMAS:
+                        conn.execute(pragma)
+                    await _when_unlocked(lambda: conn.execute("PRAGMA journal_mode=WAL"))
+                    await _when_unlocked(lambda: _transaction(conn, self._migrate))
                 except BaseException:
-                    self._reader_count -= 1
+                    conn.close()
                     raise
-            else:
-                conn = await self._idle_readers.get()
-        try:
-            yield conn
-        finally:
-            self._idle_readers.put_nowait(conn)
+                self._conn = conn
+                # Whatever an earlier process left in the WAL, and a new schema, go into
+                # the database file now rather than some hundred commits later.
+                await self._checkpoint()
+        return self._conn
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        # In one BEGIN IMMEDIATE transaction (_transaction), so two processes opening a
+        # fresh file create it once, and a file of any older version ends up exactly like
+        # a fresh one, or (on error) untouched.
+        version = int(_one(conn, "PRAGMA user_version", ())[0])
+        if version > SCHEMA_VERSION:
+            raise SessionStoreError(
+                f"{self._path} has schema version {version}; this code knows up to "
+                f"{SCHEMA_VERSION} (upgrade durable-plans)"
+            )
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS[step]:
+                conn.execute(statement)
+        if version < SCHEMA_VERSION:
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    async def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        """``body`` in one ``BEGIN IMMEDIATE`` transaction; every ``_CHECKPOINT_EVERY``
+        commits, a checkpoint (off the event loop) before returning."""
+        conn = await self._ensure_open()
+        result = await _when_unlocked(lambda: _transaction(conn, body), store=self)
+        self._commits += 1
+        if self._commits % _CHECKPOINT_EVERY == 0:
+            await self._checkpoint()
+        return result
+
+    async def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        conn = await self._ensure_open()
+        return await _when_unlocked(lambda: body(conn), store=self)
+
+    async def _checkpoint(self) -> None:
+        """Copy the WAL's committed pages into the database file, in a thread: a
+        checkpoint syncs both files to disk, which must not stall the event loop.
+        PASSIVE never waits for a lock; one that cannot finish now finishes next time."""
+        path = self._path
+
+        def checkpoint() -> None:
+            conn = sqlite3.connect(path, isolation_level=None, timeout=0)
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            finally:
+                conn.close()
+
+        with contextlib.suppress(sqlite3.Error):
+            await asyncio.to_thread(checkpoint)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionStoreError("session store is closed")
 
     async def close(self) -> None:
         self._closed = True
-        connections, self._connections = self._connections, []
-        self._writer = None
-        for conn in connections:
-            await conn.close()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
 
     # ----------------------------------------------------------------- sessions
 
     async def create_session(self, meta: SessionMeta) -> SessionMeta:
-        async with self._write() as conn:
-            await conn.execute(
+        encoded = _codec.encode_meta(meta)
+
+        def body(conn: sqlite3.Connection) -> str:
+            conn.execute(
                 "INSERT INTO sessions (session_id, meta) VALUES (?, ?) "
                 "ON CONFLICT (session_id) DO NOTHING",
-                (meta.session_id, _codec.encode_meta(meta)),
+                (meta.session_id, encoded),
             )
-            row = await _one(
-                conn, "SELECT meta FROM sessions WHERE session_id = ?", (meta.session_id,)
-            )
-        return _codec.decode_meta(row[0])
+            return str(_one(conn, _READ_META, (meta.session_id,))[0])
+
+        return _codec.decode_meta(await self._write(body))
 
     async def get_session(self, session_id: str) -> SessionMeta:
-        async with self._read() as conn:
-            row = await _maybe_one(
-                conn, "SELECT meta FROM sessions WHERE session_id = ?", (session_id,)
-            )
+        row = await self._read(lambda conn: _maybe_one(conn, _READ_META, (session_id,)))
         if row is None:
             raise SessionNotFound(session_id)
         return _codec.decode_meta(row[0])
 
     async def update_session(self, meta: SessionMeta) -> None:
-        async with self._write() as conn:
-            cursor = await conn.execute(
-                "UPDATE sessions SET meta = ? WHERE session_id = ?",
-                (_codec.encode_meta(meta), meta.session_id),
+        encoded = _codec.encode_meta(meta)
+
+        def body(conn: sqlite3.Connection) -> None:
+            cursor = conn.execute(
+                "UPDATE sessions SET meta = ? WHERE session_id = ?", (encoded, meta.session_id)
             )
             if cursor.rowcount == 0:
                 raise SessionNotFound(meta.session_id)
+
+        await self._write(body)
 
     # ----------------------------------------------------------------- messages
 
     async def append(self, session_id: str, messages: Sequence[Message]) -> int:
         rows = _codec.rows_for_append(messages)
-        async with self._write() as conn:
-            await _require_session(conn, session_id)
+
+        def body(conn: sqlite3.Connection) -> int:
+            _require_session(conn, session_id)
             if not rows:
                 return 0
-            start = int((await _one(conn, _NEXT_SEQ, (session_id,)))[0])
-            cursor = await conn.executemany(
+            start = int(_one(conn, _NEXT_SEQ, (session_id,))[0])
+            cursor = conn.executemany(
                 _INSERT_MESSAGE,
                 [(session_id, start + i, r.id, r.is_result, r.body) for i, r in enumerate(rows)],
             )
             return cursor.rowcount
 
+        return await self._write(body)
+
     async def read(self, session_id: str) -> list[Message]:
-        async with self._read() as conn:
-            rows = await conn.execute_fetchall(_READ_BODIES, (session_id,))
+        def body(conn: sqlite3.Connection) -> list[Any]:
+            rows = conn.execute(_READ_BODIES, (session_id,)).fetchall()
             if not rows:
-                await _require_session(conn, session_id)
-        return _codec.decode_all(r[0] for r in rows)
+                _require_session(conn, session_id)
+            return rows
+
+        return _codec.decode_all(r[0] for r in await self._read(body))
 
     async def count(self, session_id: str) -> int:
-        async with self._read() as conn:
-            row = await _maybe_one(
+        row = await self._read(
+            lambda conn: _maybe_one(
                 conn,
                 "SELECT (SELECT COUNT(*) FROM messages WHERE session_id = s.session_id) "
                 "FROM sessions AS s WHERE s.session_id = ?",
                 (session_id,),
             )
+        )
         if row is None:
             raise SessionNotFound(session_id)
         return int(row[0])
 
     async def replace(self, session_id: str, messages: Sequence[Message]) -> None:
         rows = _codec.rows_for_replace(messages)
-        async with self._write() as conn:
-            await _require_session(conn, session_id)
-            await conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
-            await conn.executemany(
+
+        def body(conn: sqlite3.Connection) -> None:
+            _require_session(conn, session_id)
+            conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            conn.executemany(
                 _INSERT_MESSAGE,
                 [(session_id, i, r.id, r.is_result, r.body) for i, r in enumerate(rows)],
             )
 
+        await self._write(body)
+
     # ----------------------------------------------------------------- snapshots
 
     async def snapshot(self, session_id: str, snapshot_id: str) -> int:
-        async with self._write() as conn:
-            await _require_session(conn, session_id)
-            existing = await _maybe_one(
+        def body(conn: sqlite3.Connection) -> int:
+            _require_session(conn, session_id)
+            existing = _maybe_one(
                 conn,
                 "SELECT session_id, message_count FROM snapshots WHERE snapshot_id = ?",
                 (snapshot_id,),
@@ -387,152 +380,178 @@ class SqliteSessionStore:
                 if existing[0] != session_id:
                     raise SnapshotSessionMismatch(snapshot_id, existing[0], session_id)
                 return int(existing[1])
-            await conn.execute(
+            conn.execute(
                 "INSERT INTO snapshots (snapshot_id, session_id, message_count, created_at) "
                 "VALUES (?, ?, (SELECT COUNT(*) FROM messages WHERE session_id = ?), ?)",
                 (snapshot_id, session_id, session_id, time.time()),
             )
-            cursor = await conn.execute(
+            cursor = conn.execute(
                 "INSERT INTO snapshot_messages (snapshot_id, seq, id, is_result, body) "
                 "SELECT ?, seq, id, is_result, body FROM messages WHERE session_id = ?",
                 (snapshot_id, session_id),
             )
             return cursor.rowcount
 
+        return await self._write(body)
+
     async def restore(
         self, session_id: str, snapshot_id: str, *, keep_last_result: bool = False
     ) -> list[Message]:
         keys = {"session": session_id, "snapshot": snapshot_id}
-        async with self._write() as conn:
-            await _require_session(conn, session_id)
-            owner = await _maybe_one(
+
+        def body(conn: sqlite3.Connection) -> list[Any]:
+            _require_session(conn, session_id)
+            owner = _maybe_one(
                 conn, "SELECT session_id FROM snapshots WHERE snapshot_id = ?", (snapshot_id,)
             )
             if owner is None:
                 raise SnapshotNotFound(snapshot_id)
             if owner[0] != session_id:
                 raise SnapshotSessionMismatch(snapshot_id, owner[0], session_id)
-            kept = await _maybe_one(conn, _LAST_NEW_RESULT, keys) if keep_last_result else None
-            await conn.execute(_RESTORE_DELETE, keys)
-            await conn.execute(_RESTORE_INSERT, keys)
+            kept = _maybe_one(conn, _LAST_NEW_RESULT, keys) if keep_last_result else None
+            conn.execute(_RESTORE_DELETE, keys)
+            conn.execute(_RESTORE_INSERT, keys)
             if kept is not None:
-                start = int((await _one(conn, _NEXT_SEQ, (session_id,)))[0])
-                await conn.execute(_INSERT_MESSAGE, (session_id, start, kept[0], True, kept[1]))
-            rows = await conn.execute_fetchall(_READ_BODIES, (session_id,))
-        return _codec.decode_all(r[0] for r in rows)
+                start = int(_one(conn, _NEXT_SEQ, (session_id,))[0])
+                conn.execute(_INSERT_MESSAGE, (session_id, start, kept[0], True, kept[1]))
+            return conn.execute(_READ_BODIES, (session_id,)).fetchall()
+
+        return _codec.decode_all(r[0] for r in await self._write(body))
 
     async def read_snapshot(self, snapshot_id: str) -> list[Message]:
-        async with self._read() as conn:
-            rows = await conn.execute_fetchall(
+        def body(conn: sqlite3.Connection) -> list[Any]:
+            rows = conn.execute(
                 "SELECT body FROM snapshot_messages WHERE snapshot_id = ? ORDER BY seq",
                 (snapshot_id,),
-            )
-            if (
-                not rows
-                and await _maybe_one(
-                    conn, "SELECT 1 FROM snapshots WHERE snapshot_id = ?", (snapshot_id,)
-                )
-                is None
-            ):
+            ).fetchall()
+            if not rows and _maybe_one(conn, _HAS_SNAPSHOT, (snapshot_id,)) is None:
                 raise SnapshotNotFound(snapshot_id)
-        return _codec.decode_all(r[0] for r in rows)
+            return rows
+
+        return _codec.decode_all(r[0] for r in await self._read(body))
 
     async def delete_snapshot(self, snapshot_id: str) -> bool:
-        async with self._write() as conn:
-            cursor = await conn.execute(
-                "DELETE FROM snapshots WHERE snapshot_id = ?", (snapshot_id,)
-            )
-            await conn.execute(
-                "DELETE FROM snapshot_messages WHERE snapshot_id = ?", (snapshot_id,)
-            )
+        def body(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute("DELETE FROM snapshots WHERE snapshot_id = ?", (snapshot_id,))
+            conn.execute("DELETE FROM snapshot_messages WHERE snapshot_id = ?", (snapshot_id,))
             return cursor.rowcount > 0
 
+        return await self._write(body)
+
     async def has_snapshot(self, snapshot_id: str) -> bool:
-        async with self._read() as conn:
-            row = await _maybe_one(
-                conn, "SELECT 1 FROM snapshots WHERE snapshot_id = ?", (snapshot_id,)
-            )
+        row = await self._read(lambda conn: _maybe_one(conn, _HAS_SNAPSHOT, (snapshot_id,)))
         return row is not None
 
     # ----------------------------------------------------------------- usage ledger
 
     async def charge(self, root_session_id: str, charge_id: str, usage: Usage) -> Usage:
         _codec.check_charge(root_session_id, charge_id, usage)
+        entry = (
+            root_session_id,
+            charge_id,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cost_usd,
+            time.time(),
+        )
+
         # BEGIN IMMEDIATE serializes chargers across instances and processes, so the ledger
         # insert, the totals update and the read-back form one step no other charge splits.
-        async with self._write() as conn:
-            cursor = await conn.execute(
-                _INSERT_CHARGE,
-                (
-                    root_session_id,
-                    charge_id,
-                    usage.prompt_tokens,
-                    usage.completion_tokens,
-                    usage.cost_usd,
-                    time.time(),
-                ),
-            )
-            if cursor.rowcount == 1:
-                await conn.execute(
+        def body(conn: sqlite3.Connection) -> Any:
+            if conn.execute(_INSERT_CHARGE, entry).rowcount == 1:
+                conn.execute(
                     _ADD_TO_TOTALS,
                     (root_session_id, usage.prompt_tokens, usage.completion_tokens, usage.cost_usd),
                 )
-            row = await _maybe_one(conn, _READ_TOTALS, (root_session_id,))
-        return _totals(row)
+            return _maybe_one(conn, _READ_TOTALS, (root_session_id,))
+
+        return _totals(await self._write(body))
 
     async def total_usage(self, root_session_id: str) -> Usage:
-        async with self._read() as conn:
-            row = await _maybe_one(conn, _READ_TOTALS, (root_session_id,))
+        row = await self._read(lambda conn: _maybe_one(conn, _READ_TOTALS, (root_session_id,)))
         return _totals(row)
 
 
 # --------------------------------------------------------------------- helpers
 
+_READ_META = "SELECT meta FROM sessions WHERE session_id = ?"
+_HAS_SNAPSHOT = "SELECT 1 FROM snapshots WHERE snapshot_id = ?"
+# A PASSIVE checkpoint every this many of this store's commits (the connection's own
+# automatic checkpoint is off: it would sync the files on the event loop).
+_CHECKPOINT_EVERY = 256
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
 
-async def _while_locked(attempt: Callable[[], Awaitable[object]]) -> None:
-    """Run ``attempt``, retrying while SQLite reports the database locked.
 
-    The busy timeout covers ordinary lock waits, but while a fresh file changes journal
-    mode, or a WAL index is being rebuilt after the last connection closed, SQLite answers
-    "database is locked" at once without calling the busy handler. Workers starting
-    together hit exactly that, so the attempt is retried here up to the same timeout.
-    Only statements that leave no transaction open when they fail are retried.
+def _transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T]) -> T:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = body(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        # SQLite rolls some failures back by itself; a second ROLLBACK would raise
+        # "no transaction is active" and hide the original error.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    return "locked" in str(exc)  # pragma: no cover - sqlite3 before Python 3.11
+
+
+async def _when_unlocked(attempt: Callable[[], T], *, store: SqliteSessionStore | None = None) -> T:
+    """Run ``attempt`` (one whole statement or transaction, no waiting inside), again
+    after a pause while SQLite says another connection holds the lock it needs.
+
+    The connection has no busy timeout: SQLite's own wait would sleep on the event loop.
+    The pause here is an ``asyncio.sleep``, so the worker goes on while another process
+    writes; the same ``_BUSY_TIMEOUT_MS`` bounds it. ``attempt`` leaves nothing behind
+    when it fails (a transaction rolls back), so repeating it is safe. While a fresh
+    file changes journal mode, or a WAL index is rebuilt, SQLite also answers "locked"
+    at once: that is waited out the same way.
     """
-    deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
-    delay = 0.005
+    # One pass of the event loop first: an await that never suspends would let a caller
+    # that only reads or writes (a loop over sessions) hold the loop for as long as it
+    # likes; every store call stays a point where other tasks run.
+    await asyncio.sleep(0)
+    deadline = time.monotonic() + _BUSY_TIMEOUT_S
+    delay = 0.001
     while True:
+        if store is not None:
+            store._check_open()
         try:
-            await attempt()
-            return
+            return attempt()
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+            if not _is_busy(exc) or time.monotonic() + delay > deadline:
                 raise
         await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.2)
+        delay = min(delay * 2, 0.025)
 
 
-# aiosqlite accepts a sequence for ``?`` and a mapping for ``:name`` placeholders.
-_Params = Iterable[Any]
+# sqlite3 accepts a sequence for ``?`` and a mapping for ``:name`` placeholders.
+_Params = Iterable[Any] | dict[str, Any]
 
 
-async def _maybe_one(conn: aiosqlite.Connection, sql: str, params: _Params) -> sqlite3.Row | None:
-    # One trip to the connection's thread (execute, fetch and close there), not three:
-    # each trip costs the event loop a wake-up, and writes make several of these calls.
-    rows = await conn.execute_fetchall(sql, params)
-    return next(iter(rows), None)
+def _maybe_one(conn: sqlite3.Connection, sql: str, params: _Params) -> Any:
+    return conn.execute(sql, params).fetchone()  # type: ignore[arg-type]
 
 
-async def _one(conn: aiosqlite.Connection, sql: str, params: _Params) -> sqlite3.Row:
-    row = await _maybe_one(conn, sql, params)
+def _one(conn: sqlite3.Connection, sql: str, params: _Params) -> Any:
+    row = _maybe_one(conn, sql, params)
     if row is None:  # pragma: no cover - only for queries that always yield a row
         raise SessionStoreError(f"query returned no row: {sql}")
     return row
 
 
-def _totals(row: sqlite3.Row | None) -> Usage:
+def _totals(row: Any) -> Usage:
     return Usage() if row is None else _codec.usage_from_totals(row[0], row[1], row[2])
 
 
-async def _require_session(conn: aiosqlite.Connection, session_id: str) -> None:
-    if await _maybe_one(conn, "SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)) is None:
+def _require_session(conn: sqlite3.Connection, session_id: str) -> None:
+    if _maybe_one(conn, "SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)) is None:
         raise SessionNotFound(session_id)

@@ -1,0 +1,112 @@
+"""The SQLite store runs on the event loop, and must never stall it.
+
+Its operations are SQLite calls made right on the loop (``session_store/sqlite.py``);
+what could block there is kept off it: a write lock held by another process is waited
+for with ``asyncio.sleep``, not in SQLite's busy handler, and checkpoints (which sync
+files to disk) run in a thread, every ``_CHECKPOINT_EVERY`` commits, since the
+connection's own automatic checkpoint is off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from durable_plans.domain.models import Message, SessionMeta
+from durable_plans.session_store import sqlite as sqlite_store
+from durable_plans.session_store.base import SessionStoreError
+from durable_plans.session_store.sqlite import SqliteSessionStore
+
+
+def _message(i: int) -> Message:
+    return Message(id=f"m{i}", role="user", content=f"message {i}")
+
+
+async def test_a_write_waits_for_another_writer_without_stalling_the_loop(tmp_path: Path) -> None:
+    store = await SqliteSessionStore.open(tmp_path / "s.db")
+    await store.create_session(SessionMeta(session_id="s"))
+    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        append = asyncio.create_task(store.append("s", [_message(1)]))
+        ticks = 0
+        for _ in range(5):
+            await asyncio.sleep(0.02)  # returns only if the loop is free
+            ticks += 1
+        assert not append.done()
+        # Reads go on meanwhile: WAL readers never wait for the writer.
+        assert await store.count("s") == 0
+    finally:
+        other.execute("COMMIT")
+        other.close()
+    assert await asyncio.wait_for(append, 10) == 1
+    assert ticks == 5
+    assert [m.id for m in await store.read("s")] == ["m1"]
+    await store.close()
+
+
+async def test_a_lock_held_past_the_timeout_fails_the_write_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "_BUSY_TIMEOUT_S", 0.2)
+    store = await SqliteSessionStore.open(tmp_path / "s.db")
+    await store.create_session(SessionMeta(session_id="s"))
+    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            await store.append("s", [_message(1)])
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert await store.count("s") == 0
+    await store.append("s", [_message(2)])  # the store is fine afterwards
+    assert [m.id for m in await store.read("s")] == ["m2"]
+    await store.close()
+
+
+async def test_commits_are_checkpointed_into_the_database_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "_CHECKPOINT_EVERY", 4)
+    path = tmp_path / "s.db"
+    store = await SqliteSessionStore.open(path)
+    await store.create_session(SessionMeta(session_id="s"))  # commit 1
+
+    def in_database_file_alone() -> int:
+        # The database file without its WAL: only what a checkpoint copied there.
+        copy = tmp_path / "copy.db"
+        shutil.copyfile(path, copy)
+        conn = sqlite3.connect(copy)
+        try:
+            return int(conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
+        finally:
+            conn.close()
+            copy.unlink()
+
+    await store.append("s", [_message(1)])  # commit 2
+    await store.append("s", [_message(2)])  # commit 3
+    assert in_database_file_alone() == 0  # still only in the WAL
+    await store.append("s", [_message(3)])  # commit 4: checkpointed before it returns
+    assert in_database_file_alone() == 3
+    await store.close()
+
+
+async def test_a_closed_store_refuses_a_write_that_was_waiting(tmp_path: Path) -> None:
+    store = await SqliteSessionStore.open(tmp_path / "s.db")
+    await store.create_session(SessionMeta(session_id="s"))
+    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        append = asyncio.create_task(store.append("s", [_message(1)]))
+        await asyncio.sleep(0.05)
+        await store.close()
+        with pytest.raises(SessionStoreError, match="closed"):
+            await asyncio.wait_for(append, 10)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
