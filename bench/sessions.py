@@ -193,7 +193,14 @@ async def postgres_store(dsn: str) -> AsyncIterator[SessionStore]:
             await admin.close()
 
 
-async def _postgres_unreachable(dsn: str) -> str | None:
+def bench_pg_dsn() -> str:
+    """The PostgreSQL the benchmarks use: ``DPLAN_BENCH_PG_DSN``, else the tests' one."""
+    return os.environ.get("DPLAN_BENCH_PG_DSN") or os.environ.get(
+        "DPLAN_TEST_PG_DSN", DEFAULT_PG_DSN
+    )
+
+
+async def postgres_unreachable(dsn: str) -> str | None:
     try:
         import asyncpg
     except ImportError:
@@ -221,13 +228,11 @@ def _format(row: Row) -> str:
 
 
 async def run(sizes: Sequence[int], repeats: int) -> list[Row]:
-    dsn = os.environ.get("DPLAN_BENCH_PG_DSN") or os.environ.get(
-        "DPLAN_TEST_PG_DSN", DEFAULT_PG_DSN
-    )
+    dsn = bench_pg_dsn()
     backends: list[tuple[str, Callable[[], AbstractAsyncContextManager[SessionStore]]]] = [
         ("sqlite", sqlite_store)
     ]
-    problem = await _postgres_unreachable(dsn)
+    problem = await postgres_unreachable(dsn)
     if problem is None:
         backends.append(("postgres", lambda: postgres_store(dsn)))
     else:
