@@ -60,7 +60,7 @@ from temporalio.worker import (
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from durable_plans import workflow_code_cache
+from durable_plans import sandbox_runner, workflow_code_cache
 from durable_plans.payload_codec import EncryptionCodec
 from durable_plans.workflows.policies import PARAMETERS_EXTERN, ActivityParameters
 from durable_plans.workflows.visibility import GOAL_SEARCHABLE_EXTERN, SEARCH_ATTRIBUTES_EXTERN
@@ -231,12 +231,17 @@ class DurablePlansPlugin(SimplePlugin):
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         """As ``SimplePlugin``'s, plus the search-attribute answer for a worker's
-        workflows (a worker only: a replayer reads the decision from the history)."""
+        workflows (a worker only: a replayer reads the decision from the history), and
+        the sandbox without its per-payload trips where the converter allows
+        (``sandbox_runner``)."""
         config = super().configure_worker(config)
         client = config.get("client")
         self._search_attributes.goal_searchable = (
             client is None or client.data_converter.payload_codec is None
         )
+        runner = config.get("workflow_runner")
+        if client is not None and runner is not None:
+            config["workflow_runner"] = _context_free(runner, client.data_converter)
         interceptors = list(config.get("interceptors") or [])
         if self._search_attributes not in interceptors:
             interceptors.append(self._search_attributes)
@@ -247,8 +252,12 @@ class DurablePlansPlugin(SimplePlugin):
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
         """As ``SimplePlugin``'s, plus tracing when asked for (a replayer must create, and
-        then not export, exactly the spans the worker did)."""
+        then not export, exactly the spans the worker did), and the same runner as a
+        worker's."""
         config = super().configure_replayer(config)
+        runner = config.get("workflow_runner")
+        if runner is not None:
+            config["workflow_runner"] = _context_free(runner, config.get("data_converter"))
         if self.tracing:
             interceptors = list(config.get("interceptors") or [])
             config["interceptors"] = [*interceptors, *_tracing_interceptors(interceptors)]
@@ -373,6 +382,18 @@ def _tracing_interceptors(present: Sequence[object]) -> list[Interceptor]:
     if not any(isinstance(i, WorkflowSpans) for i in present):
         added.append(WorkflowSpans())
     return added
+
+
+def _context_free(runner: WorkflowRunner, converter: DataConverter | None) -> WorkflowRunner:
+    """The stock sandboxed runner becomes ``ContextFreeSandboxedRunner`` where the data
+    converter ignores serialization contexts (``sandbox_runner``); anything else (a
+    runner of the user's, a converter that reads the context) is left as it is."""
+    if type(runner) is not SandboxedWorkflowRunner or converter is None:
+        return runner
+    if not sandbox_runner.fits(converter):
+        return runner
+    fields = {f.name: getattr(runner, f.name) for f in dataclasses.fields(runner) if f.init}
+    return sandbox_runner.ContextFreeSandboxedRunner(**fields)
 
 
 def _merge(existing: Sequence[T] | None, ours: Sequence[T]) -> list[T]:

@@ -32,6 +32,7 @@ from durable_plans.payload_codec import (
     key_ids_in,
 )
 from durable_plans.plugin import DurablePlansPlugin, client_carrying
+from durable_plans.sandbox_runner import ContextFreeSandboxedRunner
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
 from durable_plans.starter.replay_command import replay_command
@@ -151,6 +152,10 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Cl
     settings.workspace.mkdir(parents=True, exist_ok=True)
     store = await open_session_store(settings.session_store)
     worker: Worker = build_worker(client, settings, store)
+    # Our codec ignores the serialization context, so the worker skips the sandbox's
+    # per-payload context trips (sandbox_runner.py); these tests show the encoding holds.
+    runner = worker.config(active_config=True)["workflow_runner"]
+    assert type(runner) is ContextFreeSandboxedRunner
     task = asyncio.create_task(worker.run())
     try:
         yield client_carrying(client, DurablePlansPlugin(settings=settings))
