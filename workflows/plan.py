@@ -78,7 +78,7 @@ with workflow.unsafe.imports_passed_through():
         paused_problem,
     )
     from durable_plans.domain.plan_loader import validate_plan
-    from durable_plans.domain.scheduling import blocked_by_failure, ready_subtasks
+    from durable_plans.domain.scheduling import DagIndex, blocked_by_failure, ready_subtasks
     from durable_plans.domain.tool_contracts import (
         ACT_LIST_MCP_TOOLS,
         ListMcpToolsInput,
@@ -136,6 +136,7 @@ def failure_of(err: BaseException) -> tuple[SubtaskStatus, ErrorInfo, SubtaskFai
 class PlanWorkflow:
     def __init__(self) -> None:
         self._plan: Plan | None = None
+        self._dag: DagIndex | None = None  # the plan's graph, built once per run
         self._mcp_tools: tuple[McpServerTools, ...] | None = None
         self._results: dict[str, SubtaskResult] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -386,6 +387,7 @@ class PlanWorkflow:
         if problems:
             raise invalid_plan_error(f"invalid plan {plan.id!r}: " + "; ".join(problems), problems)
         # Stable across continue-as-new, new for every fresh run of the same plan id.
+        self._dag = DagIndex(plan)
         self._plan_run_id = plan_run_id(plan.id, workflow.info().first_execution_run_id)
         self._merge_enabled = inp.merge_results
         self._results = {r.id: r for r in inp.results}
@@ -400,7 +402,7 @@ class PlanWorkflow:
         for sid, since in self._paused_since.items():
             self._watch_pause(plan, sid, since)
         if self._paused_since:  # continued while paused: say so in this run too
-            self._visibility.progress(self._report(), paused=self._paused_summary())
+            self._visibility.progress(self._report, paused=self._paused_summary())
 
         self._mcp_tools = inp.mcp_tools
         if self._mcp_tools is None:
@@ -511,7 +513,7 @@ class PlanWorkflow:
                         "blocked: " + ", ".join(stuck[:10]),
                     )
             await workflow.wait_condition(lambda: self._changed)
-            self._visibility.progress(self._report(), paused=self._paused_summary())
+            self._visibility.progress(self._report, paused=self._paused_summary())
             limit = inp.max_completions_per_run
             if workflow.info().is_continue_as_new_suggested() or (
                 limit is not None and len(self._results) - results_at_start >= limit
@@ -521,7 +523,8 @@ class PlanWorkflow:
     def _schedule(self, plan: Plan, inp: PlanInput, *, start_new: bool) -> None:
         """Skip what can never run, then start what can, up to ``max_parallel`` (no awaits)."""
         statuses = self._statuses()
-        for sid, root in blocked_by_failure(plan, statuses).items():
+        dag = self._dag if self._dag is not None else DagIndex(plan)
+        for sid, root in blocked_by_failure(dag, statuses).items():
             root_status = statuses.get(root, SubtaskStatus.FAILED).value
             self._results[sid] = SubtaskResult(
                 id=sid,
@@ -534,7 +537,7 @@ class PlanWorkflow:
             statuses[sid] = SubtaskStatus.SKIPPED
         if not start_new:
             return
-        for sid in ready_subtasks(plan, statuses):
+        for sid in ready_subtasks(dag, statuses):
             if len(self._running) >= plan.max_parallel:
                 break
             self._start(plan, sid, inp)

@@ -24,7 +24,9 @@ Pure and deterministic; passed through the sandbox.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any
 
 from temporalio import workflow
@@ -57,13 +59,16 @@ PROGRESS_INTERVAL = timedelta(seconds=10)
 # anyone with UI access) and short (a Text attribute is for finding, not for reading).
 GOAL_CHARS = 200
 
-_STATUS_OF_REPORT = {
-    PlanStatus.RUNNING: sa.VisibilityStatus.RUNNING,
-    PlanStatus.COMPLETED: sa.VisibilityStatus.COMPLETED,
-    PlanStatus.FAILED: sa.VisibilityStatus.FAILED,
-    PlanStatus.CANCELLED: sa.VisibilityStatus.CANCELLED,
-    PlanStatus.PAUSED: sa.VisibilityStatus.PAUSED,
-}
+# Read-only: this module is passed through the sandbox, so every run shares it.
+_STATUS_OF_REPORT = MappingProxyType(
+    {
+        PlanStatus.RUNNING: sa.VisibilityStatus.RUNNING,
+        PlanStatus.COMPLETED: sa.VisibilityStatus.COMPLETED,
+        PlanStatus.FAILED: sa.VisibilityStatus.FAILED,
+        PlanStatus.CANCELLED: sa.VisibilityStatus.CANCELLED,
+        PlanStatus.PAUSED: sa.VisibilityStatus.PAUSED,
+    }
+)
 
 PAUSED_REASON_CHARS = 300
 
@@ -127,7 +132,9 @@ class PlanVisibility:
                 first[sa.GOAL.name] = scrub_secrets(plan.goal)[:GOAL_CHARS]
             self._upsert(first)
 
-    def progress(self, report: PlanReport, *, paused: dict[str, str] | None = None) -> None:
+    def progress(
+        self, report: Callable[[], PlanReport], *, paused: dict[str, str] | None = None
+    ) -> None:
         """Counts, tokens and cost as they are now, if they changed and the last upsert is
         at least ``PROGRESS_INTERVAL`` old; otherwise the next call or the end says it.
 
@@ -142,7 +149,9 @@ class PlanVisibility:
         status = sa.VisibilityStatus.PAUSED if paused else sa.VisibilityStatus.RUNNING
         due = workflow.now().timestamp() - self._last_at_s >= PROGRESS_INTERVAL.total_seconds()
         if due or self._last.get(sa.STATUS.name) != status.value:
-            self._upsert(self._values(report, status))
+            # Built only now: a report is a pass over every subtask, and a plan makes
+            # this call after each child finishes, mostly within the interval.
+            self._upsert(self._values(report(), status))
 
     def _say_paused(self, paused: dict[str, str]) -> None:
         """The memo's ``paused`` entry; only runs that pause ever write it."""
