@@ -1,10 +1,11 @@
 """Compile our workflow modules once per process, not once per workflow run.
 
-The workflow sandbox re-imports a workflow's module for every new run (that fresh module
-is the determinism guard, and it stays). Re-importing means finding, reading and, where
-no bytecode cache is written (``PYTHONDONTWRITEBYTECODE``, an editable install),
-compiling the source again: measured at 6–9 ms of worker CPU per subtask
-(bench/RESULTS.md), the largest single cost of a new SubtaskWorkflow.
+The workflow sandbox re-imports a workflow's module for every new run (PlanWorkflow's
+and SessionWorkflow's still are; SubtaskWorkflow's is passed through, see
+``plugin.PASSTHROUGH_MODULES``). Re-importing means finding, reading and, where no
+bytecode cache is written (``PYTHONDONTWRITEBYTECODE``, an editable install), compiling
+the source again: measured at 6–9 ms of worker CPU per subtask (bench/RESULTS.md) while
+SubtaskWorkflow was re-imported.
 
 ``install()`` puts a finder in front of ``sys.meta_path`` for ``durable_plans.workflows``
 only: it finds modules exactly as the normal path finder does and hands them a loader
