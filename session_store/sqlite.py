@@ -8,12 +8,14 @@ across store instances and processes.
 Where it runs: on the caller's event loop, on one connection, each operation whole (a
 read, or a write transaction from BEGIN to COMMIT) with no await inside, so operations of
 one store never interleave. A SQLite call on a file this size takes microseconds; handing
-each one to a thread, as aiosqlite does, cost far more than the call itself (measured on
-one subtask's store traffic, bench/RESULTS.md: 5.7 ms of CPU with a thread per
-connection and one hand-off per operation, 2.3 ms here). What could block the loop is
-kept off it: the connection has no busy timeout, so a lock held by another process is
-reported at once and waited out with ``asyncio.sleep`` (``_when_unlocked``), and
-checkpoints, which sync the files to disk, run in a thread (``_checkpoint``).
+each one to a thread cost far more than the call itself. One subtask's store traffic
+(``bench.store_cpu``) took 9–10 ms of CPU with aiosqlite (a thread hand-off per
+statement), 5.7 with a thread per connection and one hand-off per operation, and 2.4–4
+here. What could block the loop is kept off it: the connection has no busy timeout, so a
+lock held by another process is reported at once and waited out with ``asyncio.sleep``
+(``_when_unlocked``), and checkpoints, which sync the files to disk, run in a thread
+(``_checkpoint``). A large session still costs its SQL on the loop (a 10,000-message
+snapshot is a few milliseconds), as its decoding always did.
 
 Layout: one row per message (compact JSON body plus ``seq``/``id``/``is_result``) and the
 same row shape for snapshot copies, so snapshot and restore are ``INSERT ... SELECT``
@@ -204,7 +206,7 @@ class SqliteSessionStore:
                 self._path.parent.mkdir(parents=True, exist_ok=True)
                 # isolation_level=None: the sqlite3 module must not open transactions
                 # behind our back; every transaction here is an explicit BEGIN. timeout=0:
-                # a lock held elsewhere is reported at once, and waited for in _run.
+                # a lock held elsewhere is reported at once, and _when_unlocked waits.
                 # check_same_thread=False: the store may be used from any one thread at a
                 # time (no call here ever yields while it holds the connection).
                 conn = sqlite3.connect(
