@@ -1,10 +1,10 @@
 """The SQLite store runs on the event loop, and must never stall it.
 
-Its operations are SQLite calls made right on the loop (``session_store/sqlite.py``);
-what could block there is kept off it: a write lock held by another process is waited
-for with ``asyncio.sleep``, not in SQLite's busy handler, and checkpoints (which sync
-files to disk) run in a thread, every ``_CHECKPOINT_EVERY`` commits, since the
-connection's own automatic checkpoint is off.
+Most of its operations are SQLite calls made right on the loop
+(``session_store/sqlite.py``); what could block there is kept off it: a write lock held by another process is waited
+for with ``asyncio.sleep``, not in SQLite's busy handler; writes that copy or delete a
+whole session run in a thread; and checkpoints (which sync files to disk) run in a
+thread, every ``_CHECKPOINT_EVERY`` commits, since the automatic checkpoint is off.
 """
 
 from __future__ import annotations
@@ -46,6 +46,26 @@ async def test_a_write_waits_for_another_writer_without_stalling_the_loop(tmp_pa
     assert await asyncio.wait_for(append, 10) == 1
     assert ticks == 5
     assert [m.id for m in await store.read("s")] == ["m1"]
+    await store.close()
+
+
+async def test_a_snapshot_waits_for_another_writer_in_a_thread(tmp_path: Path) -> None:
+    store = await SqliteSessionStore.open(tmp_path / "s.db")
+    await store.create_session(SessionMeta(session_id="s"))
+    await store.append("s", [_message(i) for i in range(3)])
+    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        snapshot = asyncio.create_task(store.snapshot("s", "snap"))
+        for _ in range(5):
+            await asyncio.sleep(0.02)  # the loop is free while the thread waits
+        assert not snapshot.done()
+        assert not await store.has_snapshot("snap")
+    finally:
+        other.execute("COMMIT")
+        other.close()
+    assert await asyncio.wait_for(snapshot, 10) == 3
+    assert [m.id for m in await store.read_snapshot("snap")] == ["m0", "m1", "m2"]
     await store.close()
 
 
