@@ -71,7 +71,9 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
         "thread hand-offs (executor futures, call_soon_threadsafe)",
         ("concurrent/futures", "call_soon_threadsafe"),
     ),
-    ("asyncio event loop", ("asyncio/",)),
+    # Under uvloop the loop is C: a sample whose only Python frame is ``Runner.run`` is
+    # uvloop's own work, or one of its waits py-spy could not tell from work.
+    ("event loop (asyncio; uvloop's C loop)", ("asyncio/",)),
 )
 IDLE_LEAVES = (
     "EpollSelector.select",
