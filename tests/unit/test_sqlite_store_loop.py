@@ -1,10 +1,11 @@
 """The SQLite store runs on the event loop, and must never stall it.
 
 Most of its operations are SQLite calls made right on the loop
-(``session_store/sqlite.py``); what could block there is kept off it: a write lock held by another process is waited
-for with ``asyncio.sleep``, not in SQLite's busy handler; writes that copy or delete a
-whole session run in a thread; and checkpoints (which sync files to disk) run in a
-thread, every ``_CHECKPOINT_EVERY`` commits, since the automatic checkpoint is off.
+(``session_store/sqlite.py``); what could block there is kept off it: a write lock held
+by another process is waited for with ``asyncio.sleep``, not in SQLite's busy handler;
+writes that copy or delete a whole session run in a thread; and checkpoints (which sync
+files to disk) run in a thread, every ``_CHECKPOINT_EVERY`` commits, since the automatic
+checkpoint is off.
 """
 
 from __future__ import annotations
