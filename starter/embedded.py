@@ -224,7 +224,10 @@ class EmbeddedTemporal:
             except EmbeddedServerError as err:
                 last_error = err
                 await self.stop()
-                if "address already in use" not in str(err).lower():
+                # Read from this run's whole log, not the error's tail: the server panics
+                # right after the failed bind, and its stack trace pushes the one line
+                # that says so out of the tail.
+                if "address already in use" not in self._run_log().lower():
                     raise
                 continue
             self.address = _format_address(host, port)
@@ -296,14 +299,26 @@ class EmbeddedTemporal:
                 )
             await asyncio.sleep(0.1)
 
-    def _log_tail(self) -> str:
+    def _run_log(self) -> str:
+        """What the server wrote to its log in this run."""
         try:
             with self.log_path.open("rb") as log:
                 log.seek(self._log_offset)
-                lines = log.read().decode(errors="replace").splitlines()
+                return log.read().decode(errors="replace")
         except OSError:
-            return "(no log)"
-        return "\n".join(lines[-_LOG_TAIL_LINES:]) or "(empty log)"
+            return ""
+
+    def _log_tail(self) -> str:
+        """The end of this run's log, after its first error line when that is further up
+        (a panic's stack trace would otherwise leave only the trace)."""
+        lines = self._run_log().splitlines()
+        if not lines:
+            return "(empty log)"
+        tail = lines[-_LOG_TAIL_LINES:]
+        first_error = next((line for line in lines if "level=ERROR" in line), None)
+        if first_error is not None and first_error not in tail:
+            tail = [first_error, "…", *tail]
+        return "\n".join(tail)
 
     async def stop(self) -> None:
         """Stop the server this object started (SIGTERM, then SIGKILL); idempotent."""

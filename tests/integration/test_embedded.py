@@ -56,11 +56,13 @@ with workflow.unsafe.imports_passed_through():
         worker_count,
     )
     from durable_plans.starter.embedded import (
+        EmbeddedServerError,
         EmbeddedTemporal,
         WorkerDied,
         free_port,
         is_reachable,
         run_in_process_worker,
+        temporal_binary,
     )
     from durable_plans.starter.progress import follow_progress, render_report
     from durable_plans.worker import run_worker
@@ -390,6 +392,59 @@ def busy_port() -> Iterator[int]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         yield sock.getsockname()[1]
+
+
+async def test_a_port_taken_between_choosing_and_binding_it_is_chosen_again(
+    tmp_path: Path, busy_port: int
+) -> None:
+    # The race of parallel starts: another process binds the chosen port after the CLI
+    # checked it and before the frontend listens. The server then logs the failed bind and
+    # panics, and the stack trace pushes that line far above the log's last lines. A
+    # stand-in binary does exactly that on its first start, then runs the real server.
+    first = tmp_path / "first-start-done"
+    trace = "\\n".join(f"goroutine 1 [running]: frame {i}" for i in range(60))
+    fake = tmp_path / "temporal"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'if [ ! -e "{first}" ]; then\n'
+        f'  touch "{first}"\n'
+        '  echo \'time=now level=ERROR msg="Failed to start gRPC listener" '
+        'error="listen tcp 127.0.0.1:1: bind: address already in use"\'\n'
+        "  echo 'panic: runtime error: invalid memory address or nil pointer dereference'\n"
+        f"  printf '{trace}\\n'\n"
+        "  exit 2\n"
+        "fi\n"
+        f'exec "{temporal_binary()}" "$@"\n'
+    )
+    fake.chmod(0o755)
+    settings = _settings(tmp_path, busy_port)
+    async with EmbeddedTemporal(settings, binary=fake, ui=False) as embedded:
+        assert first.exists()  # the first start did fail
+        assert embedded.started
+        client = await connect(settings.with_overrides(temporal_address=embedded.address))
+        assert await client.service_client.check_health()
+
+
+async def test_a_server_that_panics_is_reported_with_its_first_error_line(
+    tmp_path: Path, busy_port: int
+) -> None:
+    trace = "\\n".join(f"goroutine 1 [running]: frame {i}" for i in range(60))
+    fake = tmp_path / "temporal"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "echo 'time=now level=ERROR msg=\"cannot open the database file\"'\n"
+        "echo 'panic: runtime error'\n"
+        f"printf '{trace}\\n'\n"
+        "exit 2\n"
+    )
+    fake.chmod(0o755)
+    with pytest.raises(EmbeddedServerError) as raised:
+        async with EmbeddedTemporal(_settings(tmp_path, busy_port), binary=fake, ui=False):
+            pass
+    message = str(raised.value)
+    assert "exited with code 2" in message
+    assert "cannot open the database file" in message  # the cause, above the trace
+    assert "frame 59" in message  # and the trace's end
 
 
 async def test_busy_preferred_port_gets_a_free_one_and_exit_stops_the_server(
