@@ -75,8 +75,14 @@ async def chaos_round(seed: int, client: Client, address: str, tmp: Path, log: R
         handle = await start_plan(client, PlanInput(plan=plan), crew.task_queue)
         run_id = plan_run_id(plan, handle.first_execution_run_id)
         if by_delay:
-            await asyncio.sleep(delay_s)
-            moment = f"{delay_s:.2f}s after start"
+            # A random moment, but never later than when 3 requests remain: the plan must
+            # still be running at the kill, and how long it takes is the worker's speed
+            # (since issue 15, a 10-subtask seed finished inside 1.9 s).
+            try:
+                await crew.wait_for_completions(expected - 3, timeout_s=delay_s)
+                moment = f"at {expected - 3} completions, before {delay_s:.2f}s"
+            except TimeoutError:
+                moment = f"{delay_s:.2f}s after start"
         else:
             await crew.wait_for_completions(after_n, timeout_s=60)
             moment = f"after {after_n} completions"
