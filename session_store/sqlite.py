@@ -200,42 +200,22 @@ class SqliteSessionStore:
     # ----------------------------------------------------------------- the connection
 
     async def _ensure_open(self) -> sqlite3.Connection:
-        if self._closed:
-            raise SessionStoreError("session store is closed")
+        self._check_open()
         if self._conn is not None:
             return self._conn
         async with self._open_lock:
             if self._conn is None:
                 self._path.parent.mkdir(parents=True, exist_ok=True)
-                # isolation_level=None: the sqlite3 module must not open transactions
-                # behind our back; every transaction here is an explicit BEGIN. timeout=0:
-                # a lock held elsewhere is reported at once, and _when_unlocked waits.
-                # check_same_thread=False: the store may be used from any one thread at a
-                # time (no call here ever yields while it holds the connection).
-                conn = sqlite3.connect(
-                    self._path, isolation_level=None, timeout=0, check_same_thread=False
-                )
+                # No busy timeout: a lock held elsewhere is reported at once, and
+                # _when_unlocked waits for it off the loop.
+                conn = _connect(self._path, timeout_s=0)
                 try:
-                    for pragma in _PRAGMAS:
-                        conn.execute(pragma)
                     await _when_unlocked(lambda: conn.execute("PRAGMA journal_mode=WAL"))
                     await _when_unlocked(lambda: _transaction(conn, self._migrate))
                     # The connection for bulk writes, used only in a worker thread (one
                     # at a time, _bulk_lock): there SQLite's own busy wait is harmless.
-                    bulk = sqlite3.connect(
-                        self._path,
-                        isolation_level=None,
-                        timeout=_BUSY_TIMEOUT_S,
-                        check_same_thread=False,
-                    )
+                    bulk = _connect(self._path, timeout_s=_BUSY_TIMEOUT_S)
                 except BaseException:
-                    conn.close()
-                    raise
-                try:
-                    for pragma in _PRAGMAS:
-                        bulk.execute(pragma)
-                except BaseException:
-                    bulk.close()
                     conn.close()
                     raise
                 self._conn, self._bulk_conn = conn, bulk
@@ -265,9 +245,7 @@ class SqliteSessionStore:
         commits, a checkpoint (off the event loop) before returning."""
         conn = await self._ensure_open()
         result = await _when_unlocked(lambda: _transaction(conn, body), store=self)
-        self._commits += 1
-        if self._commits % _CHECKPOINT_EVERY == 0:
-            await self._checkpoint()
+        await self._committed()
         return result
 
     async def _write_bulk(self, body: Callable[[sqlite3.Connection], T]) -> T:
@@ -281,10 +259,14 @@ class SqliteSessionStore:
             bulk = self._bulk_conn
             assert bulk is not None
             result = await asyncio.to_thread(_transaction, bulk, body)
+        await self._committed()
+        return result
+
+    async def _committed(self) -> None:
+        """Count a commit; every ``_CHECKPOINT_EVERY``-th is followed by a checkpoint."""
         self._commits += 1
         if self._commits % _CHECKPOINT_EVERY == 0:
             await self._checkpoint()
-        return result
 
     async def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
         conn = await self._ensure_open()
@@ -516,6 +498,21 @@ _HAS_SNAPSHOT = "SELECT 1 FROM snapshots WHERE snapshot_id = ?"
 _CHECKPOINT_EVERY = 256
 _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
+
+
+def _connect(path: Path, *, timeout_s: float) -> sqlite3.Connection:
+    """A connection with our pragmas. isolation_level=None: the sqlite3 module must not
+    open transactions behind our back (every transaction here is an explicit BEGIN).
+    check_same_thread=False: a store is used from one thread at a time, never the same
+    connection by two (no call holds one across an await; the bulk one has its lock)."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=timeout_s, check_same_thread=False)
+    try:
+        for pragma in _PRAGMAS:
+            conn.execute(pragma)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def _transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T]) -> T:

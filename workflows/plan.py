@@ -386,8 +386,8 @@ class PlanWorkflow:
         problems = validate_plan(plan, known_agents=catalog.names())
         if problems:
             raise invalid_plan_error(f"invalid plan {plan.id!r}: " + "; ".join(problems), problems)
-        # Stable across continue-as-new, new for every fresh run of the same plan id.
         self._dag = DagIndex(plan)
+        # Stable across continue-as-new, new for every fresh run of the same plan id.
         self._plan_run_id = plan_run_id(plan.id, workflow.info().first_execution_run_id)
         self._merge_enabled = inp.merge_results
         self._results = {r.id: r for r in inp.results}
@@ -523,7 +523,8 @@ class PlanWorkflow:
     def _schedule(self, plan: Plan, inp: PlanInput, *, start_new: bool) -> None:
         """Skip what can never run, then start what can, up to ``max_parallel`` (no awaits)."""
         statuses = self._statuses()
-        dag = self._dag if self._dag is not None else DagIndex(plan)
+        dag = self._dag
+        assert dag is not None  # built by run() before anything is scheduled
         for sid, root in blocked_by_failure(dag, statuses).items():
             root_status = statuses.get(root, SubtaskStatus.FAILED).value
             self._results[sid] = SubtaskResult(

@@ -394,29 +394,42 @@ def busy_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
+def _panicking_server(where: Path, error: str, *, then_run_real_at: Path | None = None) -> Path:
+    """A stand-in ``temporal`` that fails as the dev server does when it panics: one
+    ``level=ERROR`` line, then a stack trace far longer than the log tail a start error
+    quotes, and exit 2. With ``then_run_real_at``, only the first start fails (that file
+    marks it done) and later ones run the real server."""
+    trace = "\\n".join(f"goroutine 1 [running]: frame {i}" for i in range(60))
+    fail = (
+        f"echo 'time=now level=ERROR {error}'\n"
+        "echo 'panic: runtime error: invalid memory address or nil pointer dereference'\n"
+        f"printf '{trace}\\n'\n"
+        "exit 2\n"
+    )
+    if then_run_real_at is not None:
+        marker = then_run_real_at
+        fail = f'if [ ! -e "{marker}" ]; then\ntouch "{marker}"\n{fail}fi\n'
+        fail += f'exec "{temporal_binary()}" "$@"\n'
+    fake = where / "temporal"
+    fake.write_text("#!/bin/sh\n" + fail)
+    fake.chmod(0o755)
+    return fake
+
+
 async def test_a_port_taken_between_choosing_and_binding_it_is_chosen_again(
     tmp_path: Path, busy_port: int
 ) -> None:
     # The race of parallel starts: another process binds the chosen port after the CLI
     # checked it and before the frontend listens. The server then logs the failed bind and
-    # panics, and the stack trace pushes that line far above the log's last lines. A
-    # stand-in binary does exactly that on its first start, then runs the real server.
+    # panics, and the stack trace pushes that line far above the log's last lines. The
+    # stand-in does exactly that on its first start, then runs the real server.
     first = tmp_path / "first-start-done"
-    trace = "\\n".join(f"goroutine 1 [running]: frame {i}" for i in range(60))
-    fake = tmp_path / "temporal"
-    fake.write_text(
-        "#!/bin/sh\n"
-        f'if [ ! -e "{first}" ]; then\n'
-        f'  touch "{first}"\n'
-        '  echo \'time=now level=ERROR msg="Failed to start gRPC listener" '
-        'error="listen tcp 127.0.0.1:1: bind: address already in use"\'\n'
-        "  echo 'panic: runtime error: invalid memory address or nil pointer dereference'\n"
-        f"  printf '{trace}\\n'\n"
-        "  exit 2\n"
-        "fi\n"
-        f'exec "{temporal_binary()}" "$@"\n'
+    fake = _panicking_server(
+        tmp_path,
+        'msg="Failed to start gRPC listener" '
+        'error="listen tcp 127.0.0.1:1: bind: address already in use"',
+        then_run_real_at=first,
     )
-    fake.chmod(0o755)
     settings = _settings(tmp_path, busy_port)
     async with EmbeddedTemporal(settings, binary=fake, ui=False) as embedded:
         assert first.exists()  # the first start did fail
@@ -428,16 +441,7 @@ async def test_a_port_taken_between_choosing_and_binding_it_is_chosen_again(
 async def test_a_server_that_panics_is_reported_with_its_first_error_line(
     tmp_path: Path, busy_port: int
 ) -> None:
-    trace = "\\n".join(f"goroutine 1 [running]: frame {i}" for i in range(60))
-    fake = tmp_path / "temporal"
-    fake.write_text(
-        "#!/bin/sh\n"
-        "echo 'time=now level=ERROR msg=\"cannot open the database file\"'\n"
-        "echo 'panic: runtime error'\n"
-        f"printf '{trace}\\n'\n"
-        "exit 2\n"
-    )
-    fake.chmod(0o755)
+    fake = _panicking_server(tmp_path, 'msg="cannot open the database file"')
     with pytest.raises(EmbeddedServerError) as raised:
         async with EmbeddedTemporal(_settings(tmp_path, busy_port), binary=fake, ui=False):
             pass

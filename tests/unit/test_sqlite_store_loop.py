@@ -11,8 +11,10 @@ checkpoint is off.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,12 +29,22 @@ def _message(i: int) -> Message:
     return Message(id=f"m{i}", role="user", content=f"message {i}")
 
 
+@contextlib.contextmanager
+def _write_lock_held_elsewhere(path: Path, *, then: str = "COMMIT") -> Iterator[None]:
+    """Another connection (as another process would) holds the file's write lock."""
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        other.execute(then)
+        other.close()
+
+
 async def test_a_write_waits_for_another_writer_without_stalling_the_loop(tmp_path: Path) -> None:
     store = await SqliteSessionStore.open(tmp_path / "s.db")
     await store.create_session(SessionMeta(session_id="s"))
-    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
-    try:
+    with _write_lock_held_elsewhere(tmp_path / "s.db"):
         append = asyncio.create_task(store.append("s", [_message(1)]))
         ticks = 0
         for _ in range(5):
@@ -41,9 +53,6 @@ async def test_a_write_waits_for_another_writer_without_stalling_the_loop(tmp_pa
         assert not append.done()
         # Reads go on meanwhile: WAL readers never wait for the writer.
         assert await store.count("s") == 0
-    finally:
-        other.execute("COMMIT")
-        other.close()
     assert await asyncio.wait_for(append, 10) == 1
     assert ticks == 5
     assert [m.id for m in await store.read("s")] == ["m1"]
@@ -54,17 +63,12 @@ async def test_a_snapshot_waits_for_another_writer_in_a_thread(tmp_path: Path) -
     store = await SqliteSessionStore.open(tmp_path / "s.db")
     await store.create_session(SessionMeta(session_id="s"))
     await store.append("s", [_message(i) for i in range(3)])
-    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")
-    try:
+    with _write_lock_held_elsewhere(tmp_path / "s.db"):
         snapshot = asyncio.create_task(store.snapshot("s", "snap"))
         for _ in range(5):
             await asyncio.sleep(0.02)  # the loop is free while the thread waits
         assert not snapshot.done()
         assert not await store.has_snapshot("snap")
-    finally:
-        other.execute("COMMIT")
-        other.close()
     assert await asyncio.wait_for(snapshot, 10) == 3
     assert [m.id for m in await store.read_snapshot("snap")] == ["m0", "m1", "m2"]
     await store.close()
@@ -76,14 +80,11 @@ async def test_a_lock_held_past_the_timeout_fails_the_write_and_writes_nothing(
     monkeypatch.setattr(sqlite_store, "_BUSY_TIMEOUT_S", 0.2)
     store = await SqliteSessionStore.open(tmp_path / "s.db")
     await store.create_session(SessionMeta(session_id="s"))
-    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")
-    try:
-        with pytest.raises(sqlite3.OperationalError, match="locked"):
-            await store.append("s", [_message(1)])
-    finally:
-        other.execute("ROLLBACK")
-        other.close()
+    with (
+        _write_lock_held_elsewhere(tmp_path / "s.db", then="ROLLBACK"),
+        pytest.raises(sqlite3.OperationalError, match="locked"),
+    ):
+        await store.append("s", [_message(1)])
     assert await store.count("s") == 0
     await store.append("s", [_message(2)])  # the store is fine afterwards
     assert [m.id for m in await store.read("s")] == ["m2"]
@@ -120,14 +121,9 @@ async def test_commits_are_checkpointed_into_the_database_file(
 async def test_a_closed_store_refuses_a_write_that_was_waiting(tmp_path: Path) -> None:
     store = await SqliteSessionStore.open(tmp_path / "s.db")
     await store.create_session(SessionMeta(session_id="s"))
-    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")
-    try:
+    with _write_lock_held_elsewhere(tmp_path / "s.db", then="ROLLBACK"):
         append = asyncio.create_task(store.append("s", [_message(1)]))
         await asyncio.sleep(0.05)
         await store.close()
         with pytest.raises(SessionStoreError, match="closed"):
             await asyncio.wait_for(append, 10)
-    finally:
-        other.execute("ROLLBACK")
-        other.close()
