@@ -208,13 +208,13 @@ class SqliteSessionStore:
                 self._path.parent.mkdir(parents=True, exist_ok=True)
                 # No busy timeout: a lock held elsewhere is reported at once, and
                 # _when_unlocked waits for it off the loop.
-                conn = _connect(self._path, timeout_s=0)
+                conn = await _connect(self._path, timeout_s=0)
                 try:
                     await _when_unlocked(lambda: conn.execute("PRAGMA journal_mode=WAL"))
                     await _when_unlocked(lambda: _transaction(conn, self._migrate))
                     # The connection for bulk writes, used only in a worker thread (one
                     # at a time, _bulk_lock): there SQLite's own busy wait is harmless.
-                    bulk = _connect(self._path, timeout_s=_BUSY_TIMEOUT_S)
+                    bulk = await _connect(self._path, timeout_s=_BUSY_TIMEOUT_S)
                 except BaseException:
                     conn.close()
                     raise
@@ -258,7 +258,9 @@ class SqliteSessionStore:
             self._check_open()
             bulk = self._bulk_conn
             assert bulk is not None
-            result = await asyncio.to_thread(_transaction, bulk, body)
+            result = await _when_unlocked(
+                lambda: _transaction(bulk, body), store=self, in_thread=True
+            )
         await self._committed()
         return result
 
@@ -500,15 +502,22 @@ _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
 
 
-def _connect(path: Path, *, timeout_s: float) -> sqlite3.Connection:
+async def _connect(path: Path, *, timeout_s: float) -> sqlite3.Connection:
     """A connection with our pragmas. isolation_level=None: the sqlite3 module must not
     open transactions behind our back (every transaction here is an explicit BEGIN).
     check_same_thread=False: a store is used from one thread at a time, never the same
-    connection by two (no call holds one across an await; the bulk one has its lock)."""
+    connection by two (no call holds one across an await; the bulk one has its lock).
+    The pragmas are the connection's first statements: right after a process was killed
+    mid-write they can meet a WAL being recovered ("locked", busy timeout or not), so
+    they are retried like any other statement (they are idempotent)."""
     conn = sqlite3.connect(path, isolation_level=None, timeout=timeout_s, check_same_thread=False)
-    try:
+
+    def apply_pragmas() -> None:
         for pragma in _PRAGMAS:
             conn.execute(pragma)
+
+    try:
+        await _when_unlocked(apply_pragmas)
     except BaseException:
         conn.close()
         raise
@@ -536,7 +545,12 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc)  # pragma: no cover - sqlite3 before Python 3.11
 
 
-async def _when_unlocked(attempt: Callable[[], T], *, store: SqliteSessionStore | None = None) -> T:
+async def _when_unlocked(
+    attempt: Callable[[], T],
+    *,
+    store: SqliteSessionStore | None = None,
+    in_thread: bool = False,
+) -> T:
     """Run ``attempt`` (one whole statement or transaction, no waiting inside), again
     after a pause while SQLite says another connection holds the lock it needs.
 
@@ -545,7 +559,8 @@ async def _when_unlocked(attempt: Callable[[], T], *, store: SqliteSessionStore 
     writes; the same ``_BUSY_TIMEOUT_MS`` bounds it. ``attempt`` leaves nothing behind
     when it fails (a transaction rolls back), so repeating it is safe. While a fresh
     file changes journal mode, or a WAL index is rebuilt, SQLite also answers "locked"
-    at once: that is waited out the same way.
+    at once, busy timeout or not: that is waited out the same way. ``in_thread`` runs each
+    attempt in a worker thread (a bulk write, whose connection does have a busy timeout).
     """
     # One pass of the event loop first: an await that never suspends would let a caller
     # that only reads or writes (a loop over sessions) hold the loop for as long as it
@@ -557,7 +572,7 @@ async def _when_unlocked(attempt: Callable[[], T], *, store: SqliteSessionStore 
         if store is not None:
             store._check_open()
         try:
-            return attempt()
+            return await asyncio.to_thread(attempt) if in_thread else attempt()
         except sqlite3.OperationalError as exc:
             if not _is_busy(exc) or time.monotonic() + delay > deadline:
                 raise

@@ -127,3 +127,28 @@ async def test_a_closed_store_refuses_a_write_that_was_waiting(tmp_path: Path) -
         await store.close()
         with pytest.raises(SessionStoreError, match="closed"):
             await asyncio.wait_for(append, 10)
+
+
+async def test_opening_waits_while_another_connection_has_the_file_to_itself(
+    tmp_path: Path,
+) -> None:
+    # As right after a writer was SIGKILLed and another process recovers its WAL: the new
+    # connection's very first statements (its pragmas) are answered "locked".
+    path = tmp_path / "s.db"
+    first = await SqliteSessionStore.open(path)
+    await first.create_session(SessionMeta(session_id="s"))
+    await first.close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("COMMIT")  # the exclusive lock stays until the connection closes
+    try:
+        opening = asyncio.create_task(SqliteSessionStore.open(path))
+        for _ in range(5):
+            await asyncio.sleep(0.02)
+        assert not opening.done()
+    finally:
+        holder.close()
+    store = await asyncio.wait_for(opening, 10)
+    assert (await store.get_session("s")).session_id == "s"
+    await store.close()
