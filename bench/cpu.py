@@ -69,8 +69,8 @@ from temporalio.client import Client
 
 from bench._peer_dag import run_peer_plan
 from durable_plans.domain.models import PlanReport, PlanStatus
+from durable_plans.embedded import temporal_binary
 from durable_plans.plugin import DurablePlansPlugin
-from durable_plans.starter.embedded import temporal_binary
 from durable_plans.testing import FakeProviderProcess
 
 MODEL = "openai/fake-model"

@@ -58,10 +58,10 @@ from durable_plans.domain.contracts import ACT_CALL_LLM, ACT_MERGE_RESULTS, Plan
 from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
 from durable_plans.domain.scheduling import critical_path_length
+from durable_plans.embedded import temporal_binary
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
-from durable_plans.starter.embedded import temporal_binary
 from durable_plans.testing import FakeProvider
 from durable_plans.worker import build_worker
 

@@ -52,10 +52,10 @@ from durable_plans.activities.scripted_model import LATENCY_ENV, SCRIPTED_MODEL
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
+from durable_plans.embedded import temporal_binary
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
-from durable_plans.starter.embedded import temporal_binary
 from durable_plans.worker import build_worker
 
 CHAIN_LENGTH = 10

@@ -8,7 +8,7 @@ One dev server, one fake provider process streaming its answers a few characters
 event every ``--chunk-delay-ms`` (like tokens), and two worker processes on their own task
 queues: ``DPLAN_STREAM=all`` and ``DPLAN_STREAM=off``. Nothing is asserted.
 
-1. First text. A real ``python -m durable_plans.starter chat`` process, stdin and stdout
+1. First text. A real ``python -m durable_plans.cli chat`` process, stdin and stdout
    piped, talks to the ``all`` worker (a conversation streams under ``all`` exactly as
    under the default ``chat``). For each of ``--messages`` messages, the wall-clock time
    (``time.time()``) at which the chat's stdout first shows the answer
@@ -137,7 +137,7 @@ async def spawn_chat(runner: Runner) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "durable_plans.starter",
+        "durable_plans.cli",
         "chat",
         "--session",
         f"bench-stream-{uuid.uuid4().hex[:8]}",

@@ -273,7 +273,7 @@ class DurablePlansPlugin(SimplePlugin):
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         """Check the namespace's search attributes before the worker polls (one warning
         line, naming ``dplan setup``, when some are missing), then run it."""
-        from durable_plans.starter.visibility import check_search_attributes
+        from durable_plans.client._visibility import check_search_attributes
 
         self._search_attributes.registered = await check_search_attributes(worker.client)
         await super().run_worker(worker, next)

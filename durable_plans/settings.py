@@ -1,1 +1,284 @@
-../settings.py
+"""Configuration read from the environment, once, by the processes that need it.
+
+Only the worker and the CLI read settings; workflow code never does (it must not do I/O,
+and the environment differs between hosts). Secrets (``DPLAN_API_KEY``; the Temporal API
+key and client key in ``temporal_access``) stay in this object inside the process that read
+them: they are never copied into workflow inputs, results, memos or logs, and ``__repr__``
+hides them. The Temporal connection is Temporal's own environment configuration (the
+``temporal`` CLI's variables and profiles), resolved by ``connection.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import TypeVar
+
+from durable_plans.connection import (
+    DEFAULT_ADDRESS,
+    DEFAULT_NAMESPACE,
+    TemporalAccess,
+    TemporalConfigError,
+    TemporalTarget,
+    resolve_temporal,
+)
+from durable_plans.domain.models import Budget
+from durable_plans.domain.streaming import STREAM_MODES, StreamMode
+from durable_plans.event_loop import EVENT_LOOPS, EventLoopChoice
+from durable_plans.payload_codec import PayloadKeyError, PayloadKeyring, keyring_from_env
+from durable_plans.workflows.policies import DEFAULT_PARAMETERS, ActivityParameters
+
+SCRIPTED_MODEL = "scripted/demo"
+
+_C = TypeVar("_C", bound=str)  # one of a setting's fixed choices
+
+# The LLM activity's start-to-close timeout is the provider request's timeout plus this:
+# the session-store reads and writes around the request must fit in the same attempt.
+LLM_ACTIVITY_MARGIN_S = 60.0
+# Activities heartbeat every second (activities/heartbeat.py); a heartbeat timeout shorter
+# than two beats would retry live calls on any hiccup of the worker's event loop.
+MIN_LLM_HEARTBEAT_S = 2.0
+
+_DEFAULT_LLM_TIMEOUT_S = (
+    DEFAULT_PARAMETERS.llm_start_to_close.total_seconds() - LLM_ACTIVITY_MARGIN_S
+)
+
+
+class SettingsError(ValueError):
+    """A malformed environment variable, named with what was wrong."""
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+    if value <= 0:
+        raise SettingsError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+    if value <= 0:
+        raise SettingsError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
+def _port(env: Mapping[str, str], name: str) -> int | None:
+    if _opt(env, name) is None:
+        return None
+    value = _int(env, name, 0)
+    if value > 65535:
+        raise SettingsError(f"{name} must be a TCP port (1-65535), got {env[name]!r}")
+    return value
+
+
+def _heartbeat(env: Mapping[str, str], default: float) -> float:
+    value = _float(env, "DPLAN_LLM_HEARTBEAT_S", default)
+    if value < MIN_LLM_HEARTBEAT_S:
+        raise SettingsError(
+            f"DPLAN_LLM_HEARTBEAT_S must be at least {MIN_LLM_HEARTBEAT_S:g} "
+            f"(activities heartbeat every second), got {env['DPLAN_LLM_HEARTBEAT_S']!r}"
+        )
+    return value
+
+
+def _temporal(env: Mapping[str, str]) -> TemporalTarget:
+    try:
+        return resolve_temporal(env)
+    except TemporalConfigError as err:
+        raise SettingsError(str(err)) from None
+
+
+def _flag(env: Mapping[str, str], name: str, *, default: bool = False) -> bool:
+    raw = (_opt(env, name) or ("1" if default else "0")).lower()
+    if raw in _YES:
+        return True
+    if raw in _NO:
+        return False
+    raise SettingsError(f"{name} must be 1/true/yes/on or 0/false/no/off, got {env[name]!r}")
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[_C, ...]) -> _C:
+    """One of ``choices`` (case and surrounding blanks ignored); unset means the first."""
+    raw = (_opt(env, name) or choices[0]).lower()
+    for choice in choices:
+        if raw == choice:
+            return choice
+    raise SettingsError(f"{name} must be one of {', '.join(choices)}, got {env[name]!r}")
+
+
+def _opt(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name, "").strip()
+    return raw or None
+
+
+def _path(env: Mapping[str, str], name: str) -> Path | None:
+    raw = _opt(env, name)
+    return Path(raw) if raw is not None else None
+
+
+def _budget(env: Mapping[str, str]) -> Budget | None:
+    tokens = _opt(env, "DPLAN_MAX_TOKENS")
+    cost = _opt(env, "DPLAN_MAX_COST_USD")
+    if tokens is None and cost is None:
+        return None
+    return Budget(
+        max_tokens=_int(env, "DPLAN_MAX_TOKENS", 0) if tokens is not None else None,
+        max_cost_usd=_float(env, "DPLAN_MAX_COST_USD", 0.0) if cost is not None else None,
+    )
+
+
+def _payload_keys(env: Mapping[str, str]) -> PayloadKeyring | None:
+    try:
+        return keyring_from_env(env)
+    except PayloadKeyError as err:
+        raise SettingsError(str(err)) from None
+
+
+_YES = frozenset({"1", "true", "yes", "on"})
+_NO = frozenset({"0", "false", "no", "off"})
+
+
+@dataclass(frozen=True)
+class Settings:
+    temporal_address: str = DEFAULT_ADDRESS
+    temporal_namespace: str = DEFAULT_NAMESPACE
+    temporal_access: TemporalAccess = field(default_factory=TemporalAccess)
+    """TLS, API key and gRPC metadata for the server (plain by default); address, namespace
+    and access come from Temporal's environment configuration (``connection.py``)."""
+    ui_url: str | None = None
+    task_queue: str = "dplan"
+    model: str = SCRIPTED_MODEL
+    subagent_model: str | None = None
+    api_base: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    session_store: str = ".dplan/sessions.db"
+    workspace: Path = Path("workspace")
+    state_dir: Path = Path(".dplan")
+    llm_timeout_s: float = _DEFAULT_LLM_TIMEOUT_S
+    """One provider request (litellm ``timeout``); the LLM activity gets this plus
+    ``LLM_ACTIVITY_MARGIN_S`` as its start-to-close timeout."""
+    llm_heartbeat_s: float = DEFAULT_PARAMETERS.llm_heartbeat.total_seconds()
+    llm_max_attempts: int = DEFAULT_PARAMETERS.llm_max_attempts
+    llm_lean: bool = True
+    """OpenAI-compatible calls use litellm's provider transforms without its per-call
+    machinery (activities/llm_client.py); ``DPLAN_LLM_LEAN=0`` sends every call through
+    ``litellm.acompletion``."""
+    event_loop: EventLoopChoice = "auto"
+    """The worker's event loop (``DPLAN_EVENT_LOOP``: auto, uvloop, asyncio;
+    ``durable_plans/event_loop.py``)."""
+    stream: StreamMode = "chat"
+    """Which LLM calls stream their text to watchers (``DPLAN_STREAM``: chat, all, off;
+    ``domain/streaming.py``)."""
+    stream_interval_s: float = 0.2
+    """How often a streaming call sends what it has (``DPLAN_STREAM_INTERVAL_MS``); the
+    first text of a call is sent at once. Each send is one signal in history."""
+    tool_timeout_s: float = DEFAULT_PARAMETERS.tool_start_to_close.total_seconds()
+    tool_max_attempts: int = DEFAULT_PARAMETERS.tool_max_attempts
+    default_budget: Budget | None = None
+    agents_file: Path | None = None
+    """An agents file (TOML/YAML/JSON) overriding or adding agents; None: the built-ins."""
+    notify_deliver_for_s: float = DEFAULT_PARAMETERS.notify_deliver_for.total_seconds()
+    """How long a plan-end webhook is retried (``DPLAN_NOTIFY_DELIVER_FOR_S``), unless
+    the plan's ``notify.deliver_for_s`` says otherwise."""
+    notify_initial_backoff_s: float = DEFAULT_PARAMETERS.notify_initial_backoff.total_seconds()
+    notify_max_backoff_s: float = DEFAULT_PARAMETERS.notify_max_backoff.total_seconds()
+    """First and longest wait between webhook attempts (``DPLAN_NOTIFY_INITIAL_BACKOFF_S``,
+    ``DPLAN_NOTIFY_MAX_BACKOFF_S``); a receiver's ``Retry-After`` replaces them."""
+    metrics_port: int | None = None
+    """Where the worker serves Prometheus metrics (``DPLAN_METRICS_PORT``): the Temporal
+    SDK's runtime metrics and ours (``activities/observe.py``); None: no metrics server."""
+    otlp_endpoint: str | None = None
+    """``OTEL_EXPORTER_OTLP_ENDPOINT``: when set, the worker traces plans with OpenTelemetry
+    and exports the spans there over OTLP/HTTP (``durable_plans/telemetry.py``)."""
+    payload_keys: PayloadKeyring | None = None
+    """Payload encryption keys (``DPLAN_PAYLOAD_KEY``, ``_KEY_FILE``, ``_KEYS``; see
+    ``payload_codec.py``); None: payloads are stored as plain JSON. The plugin turns them
+    into the codec of every client, worker and replayer built from these settings."""
+
+    @property
+    def model_is_scripted(self) -> bool:
+        return self.model.startswith("scripted/")
+
+    @property
+    def effective_subagent_model(self) -> str:
+        return self.subagent_model or self.model
+
+    def activity_parameters(self) -> ActivityParameters:
+        """The timeouts and attempts this worker's workflows give their LLM calls and tools
+        (handed to them by ``DurablePlansPlugin``)."""
+        return replace(
+            DEFAULT_PARAMETERS,
+            llm_start_to_close=timedelta(seconds=self.llm_timeout_s + LLM_ACTIVITY_MARGIN_S),
+            llm_heartbeat=timedelta(seconds=self.llm_heartbeat_s),
+            llm_max_attempts=self.llm_max_attempts,
+            tool_start_to_close=timedelta(seconds=self.tool_timeout_s),
+            tool_max_attempts=self.tool_max_attempts,
+            notify_deliver_for=timedelta(seconds=self.notify_deliver_for_s),
+            notify_initial_backoff=timedelta(seconds=self.notify_initial_backoff_s),
+            notify_max_backoff=timedelta(seconds=self.notify_max_backoff_s),
+        )
+
+    def with_overrides(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        e = os.environ if env is None else env
+        defaults = cls()
+        state_dir = Path(e.get("DPLAN_STATE_DIR", "").strip() or ".dplan")
+        temporal = _temporal(e)
+        return cls(
+            temporal_address=temporal.address,
+            temporal_namespace=temporal.namespace,
+            temporal_access=temporal.access,
+            ui_url=_opt(e, "TEMPORAL_UI_URL"),
+            task_queue=_opt(e, "DPLAN_TASK_QUEUE") or "dplan",
+            model=_opt(e, "DPLAN_MODEL") or SCRIPTED_MODEL,
+            subagent_model=_opt(e, "DPLAN_SUBAGENT_MODEL"),
+            api_base=_opt(e, "DPLAN_API_BASE"),
+            api_key=_opt(e, "DPLAN_API_KEY"),
+            session_store=_opt(e, "DPLAN_SESSION_STORE") or str(state_dir / "sessions.db"),
+            workspace=Path(_opt(e, "DPLAN_WORKSPACE") or "workspace"),
+            state_dir=state_dir,
+            llm_timeout_s=_float(e, "DPLAN_LLM_TIMEOUT_S", defaults.llm_timeout_s),
+            llm_heartbeat_s=_heartbeat(e, defaults.llm_heartbeat_s),
+            llm_max_attempts=_int(e, "DPLAN_LLM_MAX_ATTEMPTS", defaults.llm_max_attempts),
+            llm_lean=_flag(e, "DPLAN_LLM_LEAN", default=True),
+            stream=_choice(e, "DPLAN_STREAM", STREAM_MODES),
+            event_loop=_choice(e, "DPLAN_EVENT_LOOP", EVENT_LOOPS),
+            stream_interval_s=_float(
+                e, "DPLAN_STREAM_INTERVAL_MS", defaults.stream_interval_s * 1000
+            )
+            / 1000,
+            tool_timeout_s=_float(e, "DPLAN_TOOL_TIMEOUT_S", defaults.tool_timeout_s),
+            tool_max_attempts=_int(e, "DPLAN_TOOL_MAX_ATTEMPTS", defaults.tool_max_attempts),
+            agents_file=_path(e, "DPLAN_AGENTS"),
+            default_budget=_budget(e),
+            notify_deliver_for_s=_float(
+                e, "DPLAN_NOTIFY_DELIVER_FOR_S", defaults.notify_deliver_for_s
+            ),
+            notify_initial_backoff_s=_float(
+                e, "DPLAN_NOTIFY_INITIAL_BACKOFF_S", defaults.notify_initial_backoff_s
+            ),
+            notify_max_backoff_s=_float(
+                e, "DPLAN_NOTIFY_MAX_BACKOFF_S", defaults.notify_max_backoff_s
+            ),
+            metrics_port=_port(e, "DPLAN_METRICS_PORT"),
+            otlp_endpoint=_opt(e, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+            payload_keys=_payload_keys(e),
+        )

@@ -1,7 +1,6 @@
-"""``python -m durable_plans.starter``: the same command line as the ``dplan`` console script."""
+"""``python -m starter`` from a checkout: the ``dplan`` command line, which lives in
+``durable_plans.cli``. Nothing else is here, so nothing can be imported twice."""
 
-from __future__ import annotations
-
-from durable_plans.starter.cli import console_main
+from durable_plans.cli.main import console_main
 
 console_main()

@@ -30,6 +30,8 @@ from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.testing import WorkflowEnvironment
 
+from durable_plans.cli.approvals_command import decide, pending_calls
+from durable_plans.cli.replay_command import RunHistory, collect_runs, replay_runs, save_runs
 from durable_plans.domain.approvals import ApprovalPolicy
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
@@ -47,8 +49,6 @@ from durable_plans.domain.streaming import LLM_TOPIC, StreamEvent
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
-from durable_plans.starter.approvals_command import decide, pending_calls
-from durable_plans.starter.replay_command import RunHistory, collect_runs, replay_runs, save_runs
 from durable_plans.testing import FakeProvider, FakeProviderProcess
 from durable_plans.worker import build_worker
 from tests.integration.plans import run_plan

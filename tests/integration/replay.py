@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from temporalio.client import Client
 
-from durable_plans.starter.replay_command import make_replayer
+from durable_plans.cli.replay_command import make_replayer
 
 
 async def assert_replays(client: Client, workflow_ids: Iterable[str]) -> int:

@@ -17,6 +17,13 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from durable_plans.cli.approvals_command import (
+    ApprovalRefused,
+    PendingRow,
+    decide,
+    pending_calls,
+)
+from durable_plans.cli.main import main
 from durable_plans.domain.approvals import (
     QUERY_APPROVALS,
     TIMEOUT_WHO,
@@ -27,13 +34,6 @@ from durable_plans.domain.approvals import (
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Message, Plan, PlanReport, PlanStatus
 from durable_plans.session_store.factory import open_session_store
-from durable_plans.starter.approvals_command import (
-    ApprovalRefused,
-    PendingRow,
-    decide,
-    pending_calls,
-)
-from durable_plans.starter.cli import main
 from durable_plans.testing import FakeProviderProcess
 from tests.integration.conftest import Harness
 from tests.integration.plans import by_id, make_plan

@@ -92,11 +92,11 @@ def _cli_env(stack: Stack, **extra: str) -> dict[str, str]:
 async def run_cli(
     stack: Stack, args: list[str], stdin: str = "", **env: str
 ) -> tuple[int, str, str]:
-    """`python -m durable_plans.starter ARGS` with ``stdin`` piped in: (exit, stdout, stderr)."""
+    """`python -m durable_plans.cli ARGS` with ``stdin`` piped in: (exit, stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "durable_plans.starter",
+        "durable_plans.cli",
         *args,
         cwd=REPO_ROOT,
         env=_cli_env(stack, **env),
@@ -230,11 +230,11 @@ async def test_chat_asks_inline_for_tool_calls_that_need_approval(
 
 
 async def _spawn_cli(stack: Stack, *args: str) -> asyncio.subprocess.Process:
-    """`python -m durable_plans.starter ARGS`, its pipes left open for the test to use."""
+    """`python -m durable_plans.cli ARGS`, its pipes left open for the test to use."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "durable_plans.starter",
+        "durable_plans.cli",
         *args,
         cwd=REPO_ROOT,
         env=_cli_env(stack),
@@ -400,7 +400,7 @@ async def test_chat_on_a_pseudo_terminal(stack: Stack) -> None:
 
 
 def _spawn_on_pty(args: list[str], env: dict[str, str]) -> tuple[int, subprocess.Popen[bytes]]:
-    """`python -m durable_plans.starter ARGS` with a new pseudo-terminal as its controlling terminal
+    """`python -m durable_plans.cli ARGS` with a new pseudo-terminal as its controlling terminal
     (so Ctrl-C typed into it is a SIGINT); returns the master fd and the process."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
@@ -413,7 +413,7 @@ def _spawn_on_pty(args: list[str], env: dict[str, str]) -> tuple[int, subprocess
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "durable_plans.starter", *args],
+        [sys.executable, "-m", "durable_plans.cli", *args],
         cwd=REPO_ROOT,
         env=env,
         stdin=slave,

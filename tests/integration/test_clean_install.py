@@ -1,8 +1,8 @@
 """A clean install, as a new user gets it: our wheel in a fresh virtual environment.
 
-Everything else in the suite runs against the editable install from the repository root,
-where the top-level folders (``workflows/``, ``settings.py`` …) are importable by accident.
-Here the wheel is built, installed into a new virtual environment beside another
+Everything else in the suite runs against the editable install from the repository root.
+Here the wheel is built from a clone made as Git for Windows makes one, without symlink
+support (``core.symlinks=false``), installed into a new virtual environment beside another
 distribution that ships its own top-level ``workflows`` package (as llama-index-workflows
 does), and used from a working directory full of hostile ``settings.py``, ``worker.py``
 and package folders that raise when imported. If anything of ours were installed under a
@@ -39,17 +39,13 @@ PACKAGE_DIR = REPO_ROOT / "durable_plans"
 EXAMPLE_PLAN = REPO_ROOT / "examples" / "weather_app.json"
 INVALID_PLAN = REPO_ROOT / "examples" / "invalid" / "cycle.json"
 CONSOLE_SCRIPTS = {
-    "dplan": "durable_plans.starter.cli:console_main",
+    "dplan": "durable_plans.cli.main:console_main",
     "dplan-worker": "durable_plans.worker:main",
 }
 # The names a careless layout would install at top level; each gets a hostile twin in the
 # working directory.
 GENERIC_PACKAGES = ("workflows", "activities", "domain", "starter", "session_store")
 GENERIC_MODULES = ("settings", "worker")
-# What the source copy for the build leaves out: not part of the package, or large.
-BUILD_IGNORE = shutil.ignore_patterns(
-    ".*", "__pycache__", "*.egg-info", "build", "dist", "tests", "bench", "workspace"
-)
 STEP_TIMEOUT_S = 120.0
 
 
@@ -151,14 +147,30 @@ def build_command(source: Path, out: Path) -> list[str]:
     ]
 
 
+def clone_without_symlinks(dest: Path) -> Path:
+    """A clone of the repository as ``git clone -c core.symlinks=false`` makes it, at the
+    working tree's tracked state (``git stash create`` commits it without touching a ref;
+    a clean tree gives HEAD). A symlink checked out this way is a small text file, so a
+    package that depended on one would build without the code it points to."""
+
+    def git(*args: str | Path, cwd: Path = REPO_ROOT) -> str:
+        return ok(run(["git", *args], cwd=cwd))
+
+    commit = git("stash", "create").strip() or git("rev-parse", "HEAD").strip()
+    # A local clone copies the object store whole, so the unreferenced stash commit is there.
+    git("clone", "--quiet", "--no-checkout", "-c", "core.symlinks=false", REPO_ROOT, dest)
+    git("checkout", "--quiet", "--detach", commit, cwd=dest)
+    assert git("config", "core.symlinks", cwd=dest).strip() == "false"
+    return dest
+
+
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Wheels:
-    """Both wheels, built side by side. Ours is built from a copy of the checkout (links
-    kept as links, as git would check them out), so the build leaves nothing behind in the
-    repository and cannot race another build there."""
+    """Both wheels, built side by side. Ours is built from a clone without symlink support,
+    so the build leaves nothing behind in the repository and cannot race another build
+    there."""
     root = tmp_path_factory.mktemp("wheels")
-    ours_src = root / "durable-plans"
-    shutil.copytree(REPO_ROOT, ours_src, symlinks=True, ignore=BUILD_IGNORE)
+    ours_src = clone_without_symlinks(root / "durable-plans")
     other_src = write_other_distribution(root)
     builds = {
         name: subprocess.Popen(
@@ -179,15 +191,11 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Wheels:
 
 
 def package_modules() -> set[str]:
-    """Every file the package is made of, as wheel paths: the links under durable_plans/
-    followed, as setuptools follows them when it builds."""
+    """Every file the package is made of in the checkout, as wheel paths."""
     found: set[str] = set()
-    for root, dirs, files in os.walk(PACKAGE_DIR, followlinks=True):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        for name in files:
-            if name.endswith(".py") or name == "py.typed":
-                rel = (Path(root) / name).relative_to(PACKAGE_DIR)
-                found.add(f"durable_plans/{rel.as_posix()}")
+    for path in PACKAGE_DIR.rglob("*"):
+        if "__pycache__" not in path.parts and (path.suffix == ".py" or path.name == "py.typed"):
+            found.add(f"durable_plans/{path.relative_to(PACKAGE_DIR).as_posix()}")
     return found
 
 
@@ -377,7 +385,7 @@ def validate(fresh: FreshVenv) -> None:
     module: list[str | Path] = [
         fresh.python,
         "-m",
-        "durable_plans.starter",
+        "durable_plans.cli",
         "validate",
         EXAMPLE_PLAN,
     ]

@@ -26,13 +26,13 @@ import aiohttp
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from durable_plans.codec_server import running_codec_server
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, Subtask
+from durable_plans.embedded import free_port
 from durable_plans.payload_codec import ENCODING, PayloadKeyring
 from durable_plans.plugin import DurablePlansPlugin, client_carrying
 from durable_plans.settings import Settings
-from durable_plans.starter.codec_server import running_codec_server
-from durable_plans.starter.embedded import free_port
 from tests.integration.conftest import temporal_binary
 
 pytestmark = pytest.mark.integration

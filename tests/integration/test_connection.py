@@ -26,10 +26,10 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
+from durable_plans.client._plans import TemporalUnreachable, connect
+from durable_plans.connection import TemporalAccess
+from durable_plans.embedded import EmbeddedTemporal, free_port
 from durable_plans.settings import Settings
-from durable_plans.starter.client import TemporalUnreachable, connect
-from durable_plans.starter.connection import TemporalAccess
-from durable_plans.starter.embedded import EmbeddedTemporal, free_port
 from tests.certs import CLIENT_NAME, SERVER_NAME, Pki, make_pki
 from tests.integration.conftest import temporal_binary
 from tests.integration.tls_proxy import TlsProxy
@@ -125,7 +125,7 @@ disabled = true
         run = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "durable_plans.starter",
+            "durable_plans.cli",
             "run",
             str(plan_file),
             "--json",

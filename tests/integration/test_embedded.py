@@ -28,21 +28,8 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from rich.console import Console
 
-    from durable_plans.domain.contracts import PlanInput
-    from durable_plans.domain.models import (
-        ErrorInfo,
-        Plan,
-        PlanReport,
-        PlanStatus,
-        Subtask,
-        SubtaskResult,
-        SubtaskStatus,
-        Usage,
-    )
-    from durable_plans.session_store import SessionStore
-    from durable_plans.session_store.factory import open_session_store
-    from durable_plans.settings import Settings
-    from durable_plans.starter.client import (
+    from durable_plans.cli.progress import follow_progress, render_report
+    from durable_plans.client._plans import (
         InvalidPlanError,
         PlanAlreadyRunning,
         PlanNotFound,
@@ -55,7 +42,18 @@ with workflow.unsafe.imports_passed_through():
         web_url,
         worker_count,
     )
-    from durable_plans.starter.embedded import (
+    from durable_plans.domain.contracts import PlanInput
+    from durable_plans.domain.models import (
+        ErrorInfo,
+        Plan,
+        PlanReport,
+        PlanStatus,
+        Subtask,
+        SubtaskResult,
+        SubtaskStatus,
+        Usage,
+    )
+    from durable_plans.embedded import (
         EmbeddedServerError,
         EmbeddedTemporal,
         WorkerDied,
@@ -64,7 +62,9 @@ with workflow.unsafe.imports_passed_through():
         run_in_process_worker,
         temporal_binary,
     )
-    from durable_plans.starter.progress import follow_progress, render_report
+    from durable_plans.session_store import SessionStore
+    from durable_plans.session_store.factory import open_session_store
+    from durable_plans.settings import Settings
     from durable_plans.worker import run_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]

@@ -24,12 +24,12 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from durable_plans.cli.approvals_command import PendingRow, decide, pending_calls
 from durable_plans.domain.agents_loader import load_agents_file
 from durable_plans.domain.models import Plan, PlanStatus, Subtask
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
-from durable_plans.starter.approvals_command import PendingRow, decide, pending_calls
 from durable_plans.testing import FakeProvider
 from durable_plans.worker import build_worker
 from tests.integration.conftest import FAKE_KEY

@@ -26,6 +26,8 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
 
 from durable_plans.activities.log import configure_logging
+from durable_plans.cli.run_command import status_command
+from durable_plans.client._plans import notification_outcome
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.ids import plan_run_id, webhook_message_id
 from durable_plans.domain.models import (
@@ -36,8 +38,6 @@ from durable_plans.domain.models import (
     PlanReport,
     PlanStatus,
 )
-from durable_plans.starter.client import notification_outcome
-from durable_plans.starter.run_command import status_command
 from tests.integration.chaos_support import wait_until
 from tests.integration.conftest import Harness
 from tests.integration.gates import GatedProvider, first_call_of

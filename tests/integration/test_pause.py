@@ -20,12 +20,12 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from durable_plans.cli.list_command import list_command
+from durable_plans.cli.operate_command import budget_command, subtask_command
+from durable_plans.client._plans import plan_status
+from durable_plans.client._visibility import list_plans
 from durable_plans.domain import search_attributes as sa
 from durable_plans.domain.models import Budget, Plan, PlanReport, PlanStatus, SubtaskStatus
-from durable_plans.starter.client import plan_status
-from durable_plans.starter.list_command import list_command
-from durable_plans.starter.operate_command import budget_command, subtask_command
-from durable_plans.starter.visibility import list_plans
 from durable_plans.testing import FakeProvider
 from tests.integration.chaos_support import DevServer
 from tests.integration.conftest import FAKE_KEY, provider_settings, running_worker

@@ -22,6 +22,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Worker
 
+from durable_plans.cli.replay_command import replay_command
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
 from durable_plans.payload_codec import (
@@ -35,7 +36,6 @@ from durable_plans.plugin import DurablePlansPlugin, client_carrying
 from durable_plans.sandbox_runner import ContextFreeSandboxedRunner
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
-from durable_plans.starter.replay_command import replay_command
 from durable_plans.testing import FakeProvider
 from durable_plans.testing._fake_scenario import Completion, ScriptedScenario
 from durable_plans.worker import build_worker

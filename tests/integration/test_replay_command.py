@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from durable_plans.cli.main import main
+from durable_plans.cli.replay_command import runs_forward
 from durable_plans.domain.session_contracts import (
     SendMessageInput,
     SendMessageResult,
@@ -15,8 +17,6 @@ from durable_plans.domain.session_contracts import (
     SessionState,
     session_workflow_id,
 )
-from durable_plans.starter.cli import main
-from durable_plans.starter.replay_command import runs_forward
 from tests.integration.conftest import Harness
 from tests.integration.plans import make_plan, run_plan
 

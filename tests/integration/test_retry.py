@@ -19,10 +19,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
+from durable_plans.cli.operate_command import retry_command
+from durable_plans.client._plans import plan_status
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import PlanReport, PlanStatus, SubtaskStatus, Usage
-from durable_plans.starter.client import plan_status
-from durable_plans.starter.operate_command import retry_command
 from tests.integration.plans import by_id, make_plan, run_plan
 from tests.integration.step_in_support import DOWN, NEEDS_KEY, KeyGate, Rig, gated_rig
 

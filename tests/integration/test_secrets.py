@@ -44,9 +44,9 @@ from aiohttp import web
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from durable_plans.client._plans import start_plan, wait_for_report
 from durable_plans.domain.models import PlanReport, PlanStatus, SubtaskStatus
 from durable_plans.settings import Settings
-from durable_plans.starter.client import start_plan, wait_for_report
 from durable_plans.testing import (
     ChatRequest,
     Completion,

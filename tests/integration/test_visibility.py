@@ -21,13 +21,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from durable_plans.cli.main import main
+from durable_plans.client._visibility import check_search_attributes
 from durable_plans.domain import search_attributes as sa
 from durable_plans.domain.models import PlanStatus
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
-from durable_plans.starter.cli import main
-from durable_plans.starter.visibility import check_search_attributes
 from durable_plans.testing import FakeProvider
 from durable_plans.worker import build_worker
 from durable_plans.workflows.visibility import PROGRESS_INTERVAL

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-import durable_plans.starter.run_command as run_command
+import durable_plans.cli.run_command as run_command
+from durable_plans.cli.main import EXIT_INVALID, main
 from durable_plans.domain.agents_loader import AgentsFileError, load_agents_file
 from durable_plans.domain.plan_loader import MAX_PLAN_BYTES, PlanValidationError, load_plan_file
 from durable_plans.settings import Settings
-from durable_plans.starter.cli import EXIT_INVALID, main
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "corpus"

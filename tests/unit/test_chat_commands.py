@@ -11,11 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from durable_plans.domain.models import FunctionCall, Message, ToolCall
-from durable_plans.domain.session_contracts import AgentSwitchEvent, AgentSwitchResult
-from durable_plans.settings import Settings
-from durable_plans.starter.chat import EXIT_INVALID, chat
-from durable_plans.starter.chat_commands import (
+from durable_plans.cli.chat import EXIT_INVALID, chat
+from durable_plans.cli.chat_commands import (
     DEFAULT_HISTORY,
     HELP_TEXT,
     MAX_HISTORY,
@@ -33,11 +30,14 @@ from durable_plans.starter.chat_commands import (
     Unknown,
     parse_command,
 )
-from durable_plans.starter.chat_render import event_line, history_line, switch_lines
-from durable_plans.starter.cli import build_parser
-from durable_plans.starter.plan_command import plan_goal_command
-from durable_plans.starter.session_client import check_session_id, new_session_id
-from durable_plans.starter.stdin_lines import StdinLines
+from durable_plans.cli.chat_render import event_line, history_line, switch_lines
+from durable_plans.cli.main import build_parser
+from durable_plans.cli.plan_command import plan_goal_command
+from durable_plans.cli.stdin_lines import StdinLines
+from durable_plans.client._sessions import check_session_id, new_session_id
+from durable_plans.domain.models import FunctionCall, Message, ToolCall
+from durable_plans.domain.session_contracts import AgentSwitchEvent, AgentSwitchResult
+from durable_plans.settings import Settings
 
 # --------------------------------------------------------------------------- parse_command
 

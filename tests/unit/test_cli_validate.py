@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_plans.starter.cli import EXIT_INVALID, EXIT_OK, main
+from durable_plans.cli.main import EXIT_INVALID, EXIT_OK, main
 
 REPO = Path(__file__).resolve().parents[2]
 WEATHER = "examples/weather_app.json"
@@ -127,7 +127,7 @@ def test_console_script_and_module_entry_point() -> None:
         [
             sys.executable,
             "-m",
-            "durable_plans.starter",
+            "durable_plans.cli",
             "validate",
             "examples/invalid/unknown_dependency.yaml",
         ],

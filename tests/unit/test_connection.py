@@ -17,15 +17,15 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import TLSConfig
 
-from durable_plans.settings import Settings, SettingsError
-from durable_plans.starter.client import TemporalUnreachable, connect, ui_base_for, web_url
-from durable_plans.starter.connection import (
+from durable_plans.client._plans import TemporalUnreachable, connect, ui_base_for, web_url
+from durable_plans.connection import (
     TemporalAccess,
     TemporalConfigError,
     connect_options,
     describe_connection,
     resolve_temporal,
 )
+from durable_plans.settings import Settings, SettingsError
 from tests.certs import SERVER_NAME, Pki, make_pki
 
 API_KEY = "tmprl-test-key-0123456789abcdef"
@@ -302,7 +302,7 @@ def test_dplan_exits_2_on_a_bad_temporal_config(
     capsys: pytest.CaptureFixture[str],
     command: list[str],
 ) -> None:
-    from durable_plans.starter.cli import main
+    from durable_plans.cli.main import main
 
     monkeypatch.setenv("TEMPORAL_PROFILE", "missing-profile")
     assert main(command) == 2

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from durable_plans.cli.main import main
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.inputs import (
     InvalidInput,
@@ -18,7 +19,6 @@ from durable_plans.domain.inputs import (
 from durable_plans.domain.json_schemas import SCHEMAS, schema_files
 from durable_plans.domain.models import ErrorInfo, PlanReport, SubtaskResult, SubtaskStatus, Usage
 from durable_plans.domain.plan_loader import load_plan_file
-from durable_plans.starter.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = REPO / "schemas"
@@ -37,7 +37,7 @@ def test_committed_schemas_are_current() -> None:
     committed = {p.name: p.read_text(encoding="utf-8") for p in SCHEMA_DIR.glob("*.json")}
     assert sorted(committed) == sorted(expected)
     stale = [name for name, text in expected.items() if committed[name] != text]
-    assert not stale, f"stale: {stale}; regenerate with `python -m durable_plans.starter schemas`"
+    assert not stale, f"stale: {stale}; regenerate with `python -m durable_plans.cli schemas`"
 
 
 def test_schemas_check_command_names_a_stale_file(

@@ -1,15 +1,17 @@
-"""The installed package is one root, ``durable_plans``; nothing reaches for generic names.
+"""The installed package is one tree of real files, ``durable_plans``; nothing reaches for
+generic names.
 
-The repository keeps its folders at the top (``workflows/``, ``domain/`` …, the layout
-users were promised) and ``durable_plans/`` links to them; only ``durable_plans`` is
-installed. Two mistakes would quietly undo that, and both pass every other test when run
-from the repository root, where the top-level folders happen to be importable:
+The names promised at the top of the repository (``workflows/``, ``activities/``,
+``starter/``, ``worker.py``) only point into the package. Three mistakes would quietly undo
+that, and each passes every other test when run from the repository root:
 
 - an import of a bare generic name (``from workflows.plan import …``): it works in the
   checkout and breaks in an installed wheel, or worse, imports another distribution's
   ``workflows`` package or a ``settings.py`` lying in the user's working directory;
-- a new top-level package folder that ``durable_plans/`` does not link: it would be
-  missing from the wheel altogether.
+- code at the top of the repository: importable from the root as a second copy of a
+  package module (two ``PlanWorkflow`` classes), and missing from the wheel;
+- a symlink inside the package: a checkout without symlink support (Git for Windows'
+  default) turns it into a text file, and the wheel built there lacks the code.
 """
 
 from __future__ import annotations
@@ -20,23 +22,24 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIR = REPO_ROOT / "durable_plans"
 GENERIC = frozenset(
     {"workflows", "activities", "domain", "starter", "session_store", "settings", "worker"}
 )
-# Top-level folders with an __init__.py that are deliberately not part of the package.
-NOT_INSTALLED = frozenset({"tests", "bench", "durable_plans"})
-# Top-level .py files that are repository tooling, not package modules.
-NOT_INSTALLED_FILES = frozenset({"setup.py", "conftest.py", "noxfile.py"})
+# Top-level folders with Python code that are deliberately not part of the package.
+NOT_INSTALLED = frozenset({"tests", "bench", "durable_plans", "examples"})
+# The pointers: a top-level file or folder may hold Python only as a shim that runs the
+# package's entry point (``python worker.py``, ``python -m starter``).
+SHIMS = {
+    "worker.py": "from durable_plans.worker import main",
+    "starter/__main__.py": "from durable_plans.cli.main import console_main",
+}
 SKIP_DIRS = frozenset({".venv", "venv", "build", "dist", "node_modules", "__pycache__"})
 
 
 def python_files() -> Iterator[Path]:
-    """Every .py file of the repository once: symlinks (durable_plans/ → the top-level
-    folders) are not followed, so each module is parsed under its real path."""
+    """Every .py file of the repository once, under its real path."""
     for root, dirs, files in os.walk(REPO_ROOT):
         dirs[:] = sorted(
             d
@@ -122,40 +125,44 @@ def test_no_import_uses_a_bare_generic_top_level_name() -> None:
     assert not problems, "\n".join(problems)
 
 
-def package_parts() -> list[str]:
-    """What the package is made of at the top of the repository: folders with an
-    ``__init__.py`` and module files, minus tests, benchmarks and tooling."""
-    parts: list[str] = []
+def test_the_package_holds_no_symlink() -> None:
+    links = [p.relative_to(REPO_ROOT) for p in PACKAGE_DIR.rglob("*") if p.is_symlink()]
+    assert not links, f"symlinks inside the package: {links}"
+
+
+def _top_level_python() -> list[str]:
+    found: list[str] = []
     for entry in sorted(REPO_ROOT.iterdir()):
-        if entry.name.startswith(".") or entry.is_symlink():
+        if entry.name.startswith(".") or entry.name in NOT_INSTALLED or entry.name in SKIP_DIRS:
             continue
-        if entry.is_dir() and entry.name not in NOT_INSTALLED:
-            if (entry / "__init__.py").is_file():
-                parts.append(entry.name)
-        elif entry.suffix == ".py" and entry.name not in NOT_INSTALLED_FILES:
-            parts.append(entry.name)
-    return parts
+        if entry.is_file() and entry.suffix == ".py":
+            found.append(entry.name)
+        elif entry.is_dir():
+            found += [str(p.relative_to(REPO_ROOT)) for p in sorted(entry.rglob("*.py"))]
+    return found
 
 
-def test_the_package_parts_are_the_expected_ones() -> None:
-    """Guards ``package_parts`` against finding nothing (then the link test proves nothing)."""
-    assert {f"{n}.py" if n in ("settings", "worker") else n for n in GENERIC} <= set(
-        package_parts()
-    )
+def test_the_top_level_names_only_point_into_the_package() -> None:
+    """No module outside ``durable_plans/`` but the shims, and each shim imports its entry
+    point from the package and defines nothing of its own."""
+    found = _top_level_python()
+    assert set(found) == set(SHIMS), f"Python code outside the package: {found}"
+    for name, entry_import in SHIMS.items():
+        tree = ast.parse((REPO_ROOT / name).read_text(encoding="utf-8"))
+        assert entry_import in ast.unparse(tree), name
+        defined = [
+            n for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef | ast.Assign)
+        ]
+        assert not defined, f"{name} defines code of its own"
+    for folder in ("workflows", "activities", "starter"):
+        pointer = (REPO_ROOT / folder / "README.md").read_text(encoding="utf-8")
+        assert "durable_plans/" in pointer, folder
+        assert not (REPO_ROOT / folder / "__init__.py").exists(), folder
 
 
-@pytest.mark.parametrize("name", package_parts())
-def test_every_top_level_part_is_linked_from_the_package(name: str) -> None:
-    link = PACKAGE_DIR / name
-    assert link.is_symlink(), f"durable_plans/{name} must be a symlink to ../{name}"
-    assert link.resolve() == (REPO_ROOT / name).resolve(), (
-        f"durable_plans/{name} → {link.resolve()}"
-    )
-    # Relative, so the link survives a move of the checkout and works inside an sdist.
-    assert not Path(os.readlink(link)).is_absolute(), f"durable_plans/{name} is absolute"
-
-
-def test_no_link_in_the_package_dangles() -> None:
-    for entry in PACKAGE_DIR.iterdir():
-        if entry.is_symlink():
-            assert entry.resolve().exists(), f"durable_plans/{entry.name} points nowhere"
+def test_the_promised_folders_are_real_package_folders() -> None:
+    for name in ("workflows", "activities", "domain", "session_store", "cli", "client"):
+        init = PACKAGE_DIR / name / "__init__.py"
+        assert init.is_file() and not init.is_symlink(), name
+    for name in ("settings.py", "worker.py", "plugin.py"):
+        assert (PACKAGE_DIR / name).is_file(), name

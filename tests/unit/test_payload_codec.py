@@ -16,6 +16,8 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import DefaultFailureConverterWithEncodedAttributes
 
+from durable_plans.cli import main as cli
+from durable_plans.codec_server import normalize_origin, running_codec_server
 from durable_plans.payload_codec import (
     ENCODING,
     KEY_ID_METADATA,
@@ -28,8 +30,6 @@ from durable_plans.payload_codec import (
 )
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.settings import Settings, SettingsError
-from durable_plans.starter import cli
-from durable_plans.starter.codec_server import normalize_origin, running_codec_server
 
 KEY_A = bytes(range(32))
 KEY_B = bytes(range(100, 132))
@@ -254,7 +254,7 @@ async def test_dplan_codec_server_serves_with_the_configured_key(tmp_path: Path)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "durable_plans.starter",
+        "durable_plans.cli",
         "codec-server",
         "--port",
         "0",

@@ -15,20 +15,32 @@ from temporalio.converter import DataConverter, PayloadCodec
 from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from durable_plans.cli.replay_command import load_history_file, make_replayer, replay_runs
 from durable_plans.plugin import (
     PASSTHROUGH_MODULES,
     WORKFLOW_FAILURE_EXCEPTION_TYPES,
     DurablePlansPlugin,
 )
 from durable_plans.settings import Settings
-from durable_plans.starter.replay_command import load_history_file, make_replayer, replay_runs
 from durable_plans.workflows.policies import DEFAULT_PARAMETERS, ActivityParameters
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 # Third-party packages that are pure and stateless enough to share across workflow runs.
 THIRD_PARTY = {"pydantic", "pydantic_core", "annotated_types", "typing_inspection", "yaml"}
 # Ours that must stay inside the sandbox: they do I/O, hold state or import litellm.
-NEVER_PASSED = ("activities", "session_store", "starter", "settings", "worker", "plugin")
+NEVER_PASSED = (
+    "activities",
+    "session_store",
+    "cli",
+    "client",
+    "connection",
+    "embedded",
+    "codec_server",
+    "starter",
+    "settings",
+    "worker",
+    "plugin",
+)
 
 
 class _Identity(PayloadCodec):

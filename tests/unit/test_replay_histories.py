@@ -17,15 +17,15 @@ import pytest
 from temporalio import workflow
 from temporalio.workflow import NondeterminismError
 
-from durable_plans.domain.contracts import SubtaskInput, SubtaskOutcome
-from durable_plans.starter.cli import main
-from durable_plans.starter.replay_command import (
+from durable_plans.cli.main import main
+from durable_plans.cli.replay_command import (
     history_file_name,
     load_history_file,
     make_replayer,
     replay_runs,
     workflow_id_from_file_name,
 )
+from durable_plans.domain.contracts import SubtaskInput, SubtaskOutcome
 from durable_plans.workflows.subtask import SubtaskWorkflow
 from tests.histories.record import CURRENT_SHAPE
 
@@ -191,7 +191,7 @@ def test_replay_command_names_the_run_that_is_not_deterministic(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     changed = make_replayer([SubtaskWorkflowWithANewFirstStep])
-    monkeypatch.setattr("durable_plans.starter.replay_command.make_replayer", lambda: changed)
+    monkeypatch.setattr("durable_plans.cli.replay_command.make_replayer", lambda: changed)
     run = load_history_file(SUCCESS_SUBTASK)
 
     assert main(["replay", "--file", str(SUCCESS_SUBTASK)]) == 1

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from durable_plans.cli.list_command import render_duration
+from durable_plans.client._visibility import ListQueryError, plan_query
 from durable_plans.domain import search_attributes as sa
-from durable_plans.starter.list_command import render_duration
-from durable_plans.starter.visibility import ListQueryError, plan_query
 
 
 def test_names_are_prefixed_unique_and_typed_as_documented() -> None:

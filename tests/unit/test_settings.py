@@ -76,8 +76,8 @@ def test_malformed_numbers_are_named(name: str, value: str, expected: str) -> No
 
 
 def test_default_budget_comes_from_the_environment_and_fills_plans_without_one() -> None:
+    from durable_plans.client._plans import with_default_budget
     from durable_plans.domain.models import Budget, Plan, Subtask
-    from durable_plans.starter.client import with_default_budget
 
     s = Settings.from_env({"DPLAN_MAX_TOKENS": "5000", "DPLAN_MAX_COST_USD": "0.5"})
     assert s.default_budget == Budget(max_tokens=5000, max_cost_usd=0.5)

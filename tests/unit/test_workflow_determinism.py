@@ -33,7 +33,19 @@ FORBIDDEN_MODULES = frozenset(
 )  # fmt: skip
 FORBIDDEN_OURS = tuple(
     f"durable_plans.{name}"
-    for name in ("activities", "session_store", "starter", "settings", "worker", "plugin")
+    for name in (
+        "activities",
+        "session_store",
+        "cli",
+        "client",
+        "connection",
+        "embedded",
+        "codec_server",
+        "starter",
+        "settings",
+        "worker",
+        "plugin",
+    )
 )
 CLOCK_READS = frozenset({"now", "utcnow", "today"})
 MUTABLE_CONSTRUCTORS = frozenset(

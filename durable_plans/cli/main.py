@@ -16,12 +16,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from durable_plans.cli.approvals_cli import add_approval_parsers
 from durable_plans.domain.agents import BUILTIN_CATALOG
 from durable_plans.domain.agents_loader import AgentsFileError, load_agents_file
 from durable_plans.domain.models import Plan
 from durable_plans.domain.plan_loader import PlanValidationError, plan_from_data, read_plan_file
 from durable_plans.domain.scheduling import critical_path_length
-from durable_plans.starter.approvals_cli import add_approval_parsers
 
 EXIT_OK = 0
 EXIT_INVALID = 2
@@ -139,7 +139,7 @@ def _add_run_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
 def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from durable_plans.starter.run_command import run_plan
+    from durable_plans.cli.run_command import run_plan
 
     try:
         return asyncio.run(
@@ -169,7 +169,7 @@ def _add_status_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
 def cmd_status(args: argparse.Namespace) -> int:
     import asyncio
 
-    from durable_plans.starter.run_command import status_command
+    from durable_plans.cli.run_command import status_command
 
     try:
         return asyncio.run(status_command(args.plan_id, json_output=args.json, follow=args.follow))
@@ -212,7 +212,7 @@ def _add_chat_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 def cmd_chat(args: argparse.Namespace) -> int:
     import asyncio
 
-    from durable_plans.starter.chat import chat
+    from durable_plans.cli.chat import chat
 
     try:
         return asyncio.run(chat(args.session, embedded=args.embedded, agent=args.agent))
@@ -246,7 +246,7 @@ def _add_plan_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 def cmd_plan(args: argparse.Namespace) -> int:
     import asyncio
 
-    from durable_plans.starter.plan_command import plan_goal_command
+    from durable_plans.cli.plan_command import plan_goal_command
 
     try:
         return asyncio.run(
@@ -313,7 +313,7 @@ def _add_replay_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
 def cmd_replay(args: argparse.Namespace) -> int:
     import asyncio
 
-    from durable_plans.starter.replay_command import replay_command
+    from durable_plans.cli.replay_command import replay_command
 
     parser: argparse.ArgumentParser = args.parser
     if args.file:
@@ -377,9 +377,9 @@ def _add_codec_server_parser(
 def cmd_codec_server(args: argparse.Namespace) -> int:
     import asyncio
 
+    from durable_plans.client._plans import ui_base_for
+    from durable_plans.codec_server import run_codec_server
     from durable_plans.settings import Settings, SettingsError
-    from durable_plans.starter.client import ui_base_for
-    from durable_plans.starter.codec_server import run_codec_server
 
     try:
         settings = Settings.from_env()
@@ -450,7 +450,7 @@ def _add_list_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 def cmd_list(args: argparse.Namespace) -> int:
     import asyncio
 
-    from durable_plans.starter.list_command import list_command
+    from durable_plans.cli.list_command import list_command
 
     try:
         return asyncio.run(
@@ -477,7 +477,7 @@ def _add_setup_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
 def cmd_setup(args: argparse.Namespace) -> int:
     import asyncio
 
-    from durable_plans.starter.list_command import setup_command
+    from durable_plans.cli.list_command import setup_command
 
     try:
         return asyncio.run(setup_command())
@@ -521,7 +521,7 @@ def cmd_schemas(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- step in
-# What an operator does when a plan failed or paused (starter/operate_command.py).
+# What an operator does when a plan failed or paused (cli/operate_command.py).
 
 
 def _add_retry_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -553,7 +553,7 @@ def _add_retry_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
 def cmd_retry(args: argparse.Namespace) -> int:
     import asyncio
 
-    from durable_plans.starter.operate_command import retry_command
+    from durable_plans.cli.operate_command import retry_command
 
     try:
         return asyncio.run(
@@ -592,7 +592,7 @@ def _add_subtask_action_parsers(
 def cmd_subtask_action(args: argparse.Namespace) -> int:
     import asyncio
 
-    from durable_plans.starter.operate_command import subtask_command
+    from durable_plans.cli.operate_command import subtask_command
 
     try:
         return asyncio.run(subtask_command(args.action, args.plan_id, args.subtask, by=args.by))
@@ -620,7 +620,7 @@ def _add_budget_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
 def cmd_budget(args: argparse.Namespace) -> int:
     import asyncio
 
-    from durable_plans.starter.operate_command import budget_command
+    from durable_plans.cli.operate_command import budget_command
 
     try:
         return asyncio.run(
@@ -674,7 +674,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def console_main() -> None:
-    """Entry point of the ``dplan`` console script and ``python -m durable_plans.starter``.
+    """Entry point of the ``dplan`` console script and ``python -m durable_plans.cli``.
 
     Exits with ``os._exit`` once output is flushed: the Temporal SDK's native threads can
     abort the interpreter's normal finalization (sdk-python#300), which would turn a

@@ -23,6 +23,29 @@ from rich.console import Console
 from temporalio.service import RPCError
 
 from durable_plans.activities.log import ensure_logging
+from durable_plans.cli.chat import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from durable_plans.cli.progress import follow_progress, report_renderable
+from durable_plans.cli.run_command import (
+    Connection,
+    open_connection,
+    resolve_catalog,
+    resolve_settings,
+    unreachable_message,
+)
+from durable_plans.client._plans import (
+    PlanClientError,
+    TemporalUnreachable,
+    query_status,
+    wait_for_report,
+    web_url,
+)
+from durable_plans.client._sessions import (
+    SessionCommandError,
+    attach_session,
+    check_session_id,
+    new_session_id,
+    session_update,
+)
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.models import PlanReport, PlanStatus
 from durable_plans.domain.session_contracts import (
@@ -30,31 +53,8 @@ from durable_plans.domain.session_contracts import (
     PlanGoalInput,
     SendMessageResult,
 )
+from durable_plans.embedded import EmbeddedServerError, WorkerDied
 from durable_plans.settings import Settings
-from durable_plans.starter.chat import EXIT_FAILED, EXIT_INVALID, EXIT_OK
-from durable_plans.starter.client import (
-    PlanClientError,
-    TemporalUnreachable,
-    query_status,
-    wait_for_report,
-    web_url,
-)
-from durable_plans.starter.embedded import EmbeddedServerError, WorkerDied
-from durable_plans.starter.progress import follow_progress, report_renderable
-from durable_plans.starter.run_command import (
-    Connection,
-    open_connection,
-    resolve_catalog,
-    resolve_settings,
-    unreachable_message,
-)
-from durable_plans.starter.session_client import (
-    SessionCommandError,
-    attach_session,
-    check_session_id,
-    new_session_id,
-    session_update,
-)
 
 __all__ = ["plan_goal_command"]
 

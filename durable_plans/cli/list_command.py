@@ -16,22 +16,22 @@ from rich.table import Table
 from rich.text import Text
 
 from durable_plans.activities.log import ensure_logging
-from durable_plans.settings import Settings
-from durable_plans.starter.client import TemporalUnreachable, connect
-from durable_plans.starter.run_command import (
+from durable_plans.cli.run_command import (
     EXIT_FAILED,
     EXIT_INVALID,
     EXIT_OK,
     resolve_settings,
     unreachable_message,
 )
-from durable_plans.starter.visibility import (
+from durable_plans.client._plans import TemporalUnreachable, connect
+from durable_plans.client._visibility import (
     ListQueryError,
     PlanRow,
     SearchAttributesUnavailable,
     list_plans,
     setup_search_attributes,
 )
+from durable_plans.settings import Settings
 
 __all__ = ["list_command", "render_duration", "setup_command"]
 

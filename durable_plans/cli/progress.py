@@ -24,8 +24,8 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from durable_plans.cli.plan_live import PlanWatch, SubtaskNow
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, SubtaskResult, SubtaskStatus
-from durable_plans.starter.plan_live import PlanWatch, SubtaskNow
 
 __all__ = [
     "StatusFn",

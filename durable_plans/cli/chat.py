@@ -35,6 +35,57 @@ from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError
 
 from durable_plans.activities.log import ensure_logging
+from durable_plans.cli.chat_approvals import InlineApprovals, answer_asking_approvals
+from durable_plans.cli.chat_commands import (
+    HELP_TEXT,
+    Blank,
+    Command,
+    EndConversation,
+    Invalid,
+    PlanGoal,
+    Quit,
+    SendText,
+    ShowEvents,
+    ShowHelp,
+    ShowHistory,
+    ShowStatus,
+    SwitchAgent,
+    Unknown,
+    parse_command,
+)
+from durable_plans.cli.chat_live import LiveAnswer
+from durable_plans.cli.chat_render import (
+    Screen,
+    decision_line,
+    event_line,
+    history_line,
+    plan_line,
+    switch_lines,
+)
+
+# One wording for the notes every client command prints (same package, shared on purpose).
+from durable_plans.cli.run_command import (
+    Connection,
+    open_connection,
+    resolve_catalog,
+    resolve_settings,
+    unreachable_message,
+)
+from durable_plans.cli.stdin_lines import StdinLines
+from durable_plans.client._plans import (
+    PlanClientError,
+    TemporalUnreachable,
+    query_status,
+)
+from durable_plans.client._sessions import (
+    SessionCommandError,
+    attach_session,
+    check_session_id,
+    end_session,
+    new_session_id,
+    session_query,
+    session_update,
+)
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.models import Message, PlanStatus
 from durable_plans.domain.session_contracts import (
@@ -54,62 +105,11 @@ from durable_plans.domain.session_contracts import (
     SessionState,
     SwitchAgentInput,
 )
-from durable_plans.settings import Settings
-from durable_plans.starter.chat_approvals import InlineApprovals, answer_asking_approvals
-from durable_plans.starter.chat_commands import (
-    HELP_TEXT,
-    Blank,
-    Command,
-    EndConversation,
-    Invalid,
-    PlanGoal,
-    Quit,
-    SendText,
-    ShowEvents,
-    ShowHelp,
-    ShowHistory,
-    ShowStatus,
-    SwitchAgent,
-    Unknown,
-    parse_command,
-)
-from durable_plans.starter.chat_live import LiveAnswer
-from durable_plans.starter.chat_render import (
-    Screen,
-    decision_line,
-    event_line,
-    history_line,
-    plan_line,
-    switch_lines,
-)
-from durable_plans.starter.client import (
-    PlanClientError,
-    TemporalUnreachable,
-    query_status,
-)
-from durable_plans.starter.embedded import (
+from durable_plans.embedded import (
     EmbeddedServerError,
     WorkerDied,
 )
-
-# One wording for the notes every client command prints (same package, shared on purpose).
-from durable_plans.starter.run_command import (
-    Connection,
-    open_connection,
-    resolve_catalog,
-    resolve_settings,
-    unreachable_message,
-)
-from durable_plans.starter.session_client import (
-    SessionCommandError,
-    attach_session,
-    check_session_id,
-    end_session,
-    new_session_id,
-    session_query,
-    session_update,
-)
-from durable_plans.starter.stdin_lines import StdinLines
+from durable_plans.settings import Settings
 
 __all__ = [
     "EXIT_FAILED",

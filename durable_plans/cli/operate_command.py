@@ -27,6 +27,24 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from durable_plans.activities.log import ensure_logging
+from durable_plans.cli.run_command import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    _CannotNoWait,
+    follow_to_report,
+    open_connection,
+    resolve_settings,
+    unreachable_message,
+)
+from durable_plans.client._plans import (
+    PlanClientError,
+    TemporalUnreachable,
+    connect,
+    describe_plan,
+    query_plan,
+    web_url,
+)
 from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput
 from durable_plans.domain.failures import describe_failure
 from durable_plans.domain.models import PlanReport
@@ -42,24 +60,6 @@ from durable_plans.domain.operations import (
 )
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.settings import Settings
-from durable_plans.starter.client import (
-    PlanClientError,
-    TemporalUnreachable,
-    connect,
-    describe_plan,
-    query_plan,
-    web_url,
-)
-from durable_plans.starter.run_command import (
-    EXIT_FAILED,
-    EXIT_INVALID,
-    EXIT_OK,
-    _CannotNoWait,
-    follow_to_report,
-    open_connection,
-    resolve_settings,
-    unreachable_message,
-)
 
 __all__ = ["budget_command", "operator_identity", "retry_command", "subtask_command"]
 

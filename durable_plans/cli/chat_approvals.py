@@ -16,18 +16,18 @@ from typing import Protocol, TypeVar
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from durable_plans.cli.approvals_command import (
+    ApprovalRefused,
+    decide_in,
+    default_operator,
+    pending_in_tree,
+)
 from durable_plans.domain.approvals import (
     PendingApproval,
     WorkflowApprovals,
     edited_arguments_problem,
 )
 from durable_plans.domain.secrets import scrub_secrets
-from durable_plans.starter.approvals_command import (
-    ApprovalRefused,
-    decide_in,
-    default_operator,
-    pending_in_tree,
-)
 
 T = TypeVar("T")
 

@@ -27,6 +27,14 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_plans.activities.log import ensure_logging
+from durable_plans.cli.run_command import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    resolve_settings,
+    unreachable_message,
+)
+from durable_plans.client._plans import TemporalUnreachable, connect
 from durable_plans.domain.approvals import (
     QUERY_APPROVALS,
     UPDATE_APPROVE,
@@ -44,14 +52,6 @@ from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import PlanReport, SubtaskStatus
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.settings import Settings
-from durable_plans.starter.client import TemporalUnreachable, connect
-from durable_plans.starter.run_command import (
-    EXIT_FAILED,
-    EXIT_INVALID,
-    EXIT_OK,
-    resolve_settings,
-    unreachable_message,
-)
 
 __all__ = [
     "ApprovalRefused",

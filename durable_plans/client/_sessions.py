@@ -26,13 +26,13 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_plans.cli.run_command import Connection
+from durable_plans.client._plans import PlanClientError
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.failures import describe_failure
 from durable_plans.domain.ids import session_workflow_id
 from durable_plans.domain.plan_loader import ID_PATTERN, ID_RULE
 from durable_plans.domain.session_contracts import SESSION_WORKFLOW, SIGNAL_END, SessionInput
-from durable_plans.starter.client import PlanClientError
-from durable_plans.starter.run_command import Connection
 
 __all__ = [
     "SessionCommandError",

@@ -20,8 +20,8 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
+from durable_plans.cli.chat_render import Screen
 from durable_plans.domain.streaming import LLM_TOPIC, CallView, StreamEvent, StreamFold
-from durable_plans.starter.chat_render import Screen
 
 __all__ = ["LiveAnswer"]
 

@@ -33,11 +33,11 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from durable_plans.activities.log import get_logger
+from durable_plans.client._plans import ui_base_for
+from durable_plans.connection import TemporalAccess
 from durable_plans.domain.search_attributes import dev_server_args
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
-from durable_plans.starter.client import ui_base_for
-from durable_plans.starter.connection import TemporalAccess
 from durable_plans.worker import build_worker
 
 __all__ = [

@@ -22,19 +22,9 @@ from rich.console import Console
 from temporalio.client import Client, WorkflowHandle
 
 from durable_plans.activities.log import ensure_logging
-from durable_plans.domain.agents import AgentCatalog
-from durable_plans.domain.agents_loader import AgentsFileError, load_catalog
-from durable_plans.domain.models import (
-    DeliveryOutcome,
-    DeliveryStatus,
-    Plan,
-    PlanReport,
-    PlanStatus,
-)
-from durable_plans.domain.plan_loader import PlanValidationError, load_plan_file
-from durable_plans.session_store.factory import open_session_store
-from durable_plans.settings import Settings, SettingsError
-from durable_plans.starter.client import (
+from durable_plans.cli.plan_live import PlanWatch
+from durable_plans.cli.progress import follow_progress, report_renderable
+from durable_plans.client._plans import (
     InvalidPlanError,
     PlanAlreadyRunning,
     PlanClientError,
@@ -49,7 +39,17 @@ from durable_plans.starter.client import (
     web_url,
     worker_count,
 )
-from durable_plans.starter.embedded import (
+from durable_plans.domain.agents import AgentCatalog
+from durable_plans.domain.agents_loader import AgentsFileError, load_catalog
+from durable_plans.domain.models import (
+    DeliveryOutcome,
+    DeliveryStatus,
+    Plan,
+    PlanReport,
+    PlanStatus,
+)
+from durable_plans.domain.plan_loader import PlanValidationError, load_plan_file
+from durable_plans.embedded import (
     EmbeddedServerError,
     EmbeddedTemporal,
     RunningWorker,
@@ -57,8 +57,8 @@ from durable_plans.starter.embedded import (
     is_reachable,
     run_in_process_worker,
 )
-from durable_plans.starter.plan_live import PlanWatch
-from durable_plans.starter.progress import follow_progress, report_renderable
+from durable_plans.session_store.factory import open_session_store
+from durable_plans.settings import Settings, SettingsError
 
 T = TypeVar("T")
 

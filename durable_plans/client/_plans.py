@@ -35,6 +35,7 @@ from temporalio.exceptions import (
 from temporalio.exceptions import TimeoutError as WorkflowTimeoutError
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_plans.connection import connect_options
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput
 from durable_plans.domain.failures import FailureType, MalformedDetails, read_plan_report
@@ -43,7 +44,6 @@ from durable_plans.domain.notify import NOTIFY_MEMO_KEY
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.settings import Settings
-from durable_plans.starter.connection import connect_options
 
 __all__ = [
     "PLAN_WORKFLOW",
@@ -118,7 +118,7 @@ async def connect(settings: Settings, *, identity: str | None = None) -> Client:
     from it gets our workflows and sandbox settings.
 
     Address, namespace, TLS, API key and gRPC metadata are the ones Temporal's environment
-    configuration resolved into ``settings`` (``starter/connection.py``).
+    configuration resolved into ``settings`` (``connection.py``).
 
     Raises ``TemporalUnreachable`` (naming the address) instead of the SDK's transport
     error, and gives up after a bounded time instead of hanging on a black-holed host.

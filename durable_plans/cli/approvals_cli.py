@@ -1,7 +1,7 @@
 """Arguments of ``dplan approvals``, ``dplan approve`` and ``dplan reject``.
 
-Declared here rather than in ``starter/cli.py`` so the CLI lists them with one line; the
-work is done by ``starter/approvals_command.py``, imported when a command runs (it needs
+Declared here rather than in ``cli/main.py`` so the CLI lists them with one line; the
+work is done by ``cli/approvals_command.py``, imported when a command runs (it needs
 the Temporal client, which ``dplan validate`` never loads).
 """
 
@@ -68,7 +68,7 @@ def add_approval_parsers(subparsers: argparse._SubParsersAction[argparse.Argumen
 
 
 def cmd_approvals(args: argparse.Namespace) -> int:
-    from durable_plans.starter.approvals_command import approvals_command
+    from durable_plans.cli.approvals_command import approvals_command
 
     try:
         return asyncio.run(approvals_command(args.plan_id, json_output=args.json))
@@ -77,7 +77,7 @@ def cmd_approvals(args: argparse.Namespace) -> int:
 
 
 def _decide(args: argparse.Namespace, *, approve: bool) -> int:
-    from durable_plans.starter.approvals_command import decide_command
+    from durable_plans.cli.approvals_command import decide_command
 
     try:
         return asyncio.run(

@@ -1,0 +1,1 @@
+"""The client side of durable-plans: connecting, starting and operating plans."""
