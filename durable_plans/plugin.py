@@ -86,11 +86,11 @@ T = TypeVar("T")
 # Pure modules every workflow run would otherwise re-import inside its sandbox: the domain
 # model (and pydantic under it), the workflows' own stateless helpers, and
 # SubtaskWorkflow's module: one new sandbox per subtask made re-importing it (and
-# re-applying ``workflow.defn`` to its class) the worker's largest single cost, 2.3 ms of
-# CPU per subtask against 0.3 ms passed through. Passing them through keeps each new
-# workflow's first task short; none of them holds mutable state, and since the sandbox
-# checks clock and random calls only in modules it re-imports,
-# tests/unit/test_workflow_determinism.py checks every workflow module's source instead.
+# re-applying ``workflow.defn`` to its class) the worker's largest single cost per subtask.
+# Passing them through keeps each new workflow's first task short; none of them holds
+# mutable state, and since the sandbox checks clock and random calls only in modules it
+# re-imports, tests/unit/test_workflow_determinism.py checks every workflow module's
+# source instead.
 # PlanWorkflow and SessionWorkflow (one run per plan or conversation) stay re-imported.
 # Ours are named by their full package path: a foreign top-level ``domain`` must never
 # bypass the sandbox because it shares a name with ours.

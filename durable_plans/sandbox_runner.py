@@ -5,8 +5,8 @@ every payload in them (six visits: codec, external storage and storage reference
 way) and, for each payload sequence, asks the workflow instance which serialization
 context applies: the workflow's own, or that of the activity or child workflow a command
 targets. A sandboxed instance answers by entering its sandbox (an ``exec`` under the
-sandbox's import and builtins overrides) every time. Measured with py-spy over a
-benchmark run: 2.8 ms of worker CPU per subtask, 5.7 ms with the visits around them.
+sandbox's import and builtins overrides) every time: one of the larger costs a worker
+pays per subtask, and it grows with the number of payloads (bench/RESULTS.md).
 
 The answer only picks which codec and which external storage encode a payload. Where the
 data converter has no external storage and its codec (if any) ignores the context (it is

@@ -4,8 +4,8 @@ The workflow sandbox re-imports a workflow's module for every new run (PlanWorkf
 and SessionWorkflow's still are; SubtaskWorkflow's is passed through, see
 ``plugin.PASSTHROUGH_MODULES``). Re-importing means finding, reading and, where no
 bytecode cache is written (``PYTHONDONTWRITEBYTECODE``, an editable install), compiling
-the source again: measured at 6–9 ms of worker CPU per subtask (bench/RESULTS.md) while
-SubtaskWorkflow was re-imported.
+the source again, for every run: a cost paid per workflow run for the same unchanged
+files (bench/RESULTS.md has the figures).
 
 ``install()`` puts a finder in front of ``sys.meta_path`` for ``durable_plans.workflows``
 only: it finds modules exactly as the normal path finder does and hands them a loader

@@ -1,4 +1,4 @@
-"""SessionWorkflow: one long-lived conversation outside plans (seed 001).
+"""SessionWorkflow: one long-lived conversation outside plans.
 
 The workflow holds what must be exact and durable — the current agent, the agent-switch
 events, the plans started from the conversation, usage — while the messages live in the

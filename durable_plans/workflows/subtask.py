@@ -2,7 +2,7 @@
 
 ``completed`` is returned only for a real final answer; an LLM error after retries, an
 empty answer or the turn limit make the workflow fail, with the cause attached, so
-Temporal Web and the plan report show the same truth (seed 002). The branch is closed in
+Temporal Web and the plan report show the same truth. The branch is closed in
 every case, cancellation included. The loop itself lives in ``workflows.agent_loop``.
 """
 
