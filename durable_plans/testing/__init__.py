@@ -32,7 +32,6 @@ from durable_plans.activities.scripted_model import (
 )
 from durable_plans.testing._fake_provider import (
     FakeProvider,
-    FakeProviderProcess,
     RecordedRequest,
     identical_counts,
     read_request_log,
@@ -52,6 +51,7 @@ from durable_plans.testing._fake_scenario import (
     conversation_key,
     strip_directives,
 )
+from durable_plans.testing._provider_process import FakeProviderProcess
 
 __all__ = [
     "CARELESS_TOOL_CALL_ID",

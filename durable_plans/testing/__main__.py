@@ -7,7 +7,7 @@ every call across all of them; ``FakeProviderProcess`` starts it this way. It pr
 
 from __future__ import annotations
 
-from durable_plans.testing._fake_provider import main
+from durable_plans.testing._provider_process import main
 
 if __name__ == "__main__":
     main()

@@ -13,12 +13,9 @@ In process::
     async with FakeProvider(latency_ms=0) as p:
         await litellm.acompletion(model="openai/fake", api_base=p.base_url, ...)
 
-As its own process (crash tests SIGKILL workers while the provider must live on; the
-request log is JSONL, one line per answered request, so another process can count)::
-
-    python -m durable_plans.testing --port 0 --latency-ms 500 --log requests.jsonl
-
-It prints ``READY <base_url>`` on stdout once listening. ``FakeProviderProcess`` wraps that.
+With ``log_path`` every answered request is also one JSONL line, so another process can
+count them (``read_request_log``); ``_provider_process`` runs the server as a process of
+its own that way (``FakeProviderProcess``, ``python -m durable_plans.testing``).
 
 A request with ``"stream": true`` is answered as OpenAI streams: server-sent events of
 ``chat.completion.chunk`` objects, the usage last when ``stream_options.include_usage``
@@ -61,27 +58,19 @@ Examples: ``Fix the build [flaky:500x2]``, ``Summarise [fail:400:context]``,
 
 Without directives the agent is realistic and deterministic: offered tools and no tool
 call yet since the last user message → ONE call (``list_dir {"path": "."}``, else
-``read_file``, else the first tool) with the id ``call_abc123`` every time, like the
-careless model of seed 000; after the tool result → ``Done: <task>. Based on the tool
-result: <first 200 chars>``; without tools → ``Done: <task>.``
+``read_file``, else the first tool) with the id ``call_abc123`` every time, as a careless
+model gives every call the same id; after the tool result → ``Done: <task>. Based on the
+tool result: <first 200 chars>``; without tools → ``Done: <task>.``
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import hashlib
-import importlib
 import json
-import os
-import select
-import signal
 import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -116,7 +105,6 @@ from durable_plans.testing._fake_scenario import (
 
 __all__ = [
     "FakeProvider",
-    "FakeProviderProcess",
     "RecordedRequest",
     "identical_counts",
     "read_request_log",
@@ -558,167 +546,3 @@ def _completion_body(chat: ChatRequest, reply: Completion, digest: str) -> dict[
             "total_tokens": prompt + completion,
         },
     }
-
-
-# --------------------------------------------------------------------------- separate process
-
-
-class FakeProviderProcess:
-    """Runs the provider as a child process (``with FakeProviderProcess(log) as p:``).
-
-    Crash tests kill worker processes; the provider lives here so its request log
-    survives them and counts every call across all workers.
-    """
-
-    def __init__(
-        self,
-        log_path: Path | str,
-        *,
-        latency_ms: float = 0.0,
-        port: int = 0,
-        scenario: str | None = None,
-        log_bodies: bool = False,
-        startup_timeout_s: float = 20.0,
-        chunk_delay_ms: float = 0.0,
-    ) -> None:
-        self.log_path = Path(log_path)
-        self.chunk_delay_ms = chunk_delay_ms
-        self.log_bodies = log_bodies
-        self.latency_ms = latency_ms
-        self.port = port
-        self.scenario = scenario
-        self.startup_timeout_s = startup_timeout_s
-        self.base_url = ""
-        self._proc: subprocess.Popen[str] | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self._proc is not None, "not started"
-        return self._proc.pid
-
-    def start(self) -> None:
-        cmd = [sys.executable, "-m", "durable_plans.testing", "--port", str(self.port)]
-        cmd += ["--latency-ms", str(self.latency_ms), "--log", str(self.log_path)]
-        if self.chunk_delay_ms:
-            cmd += ["--chunk-delay-ms", str(self.chunk_delay_ms)]
-        if self.scenario:
-            cmd += ["--scenario", self.scenario]
-        if self.log_bodies:
-            cmd.append("--log-bodies")
-        self._proc = subprocess.Popen(cmd, env=_child_env(), stdout=subprocess.PIPE, text=True)
-        assert self._proc.stdout is not None
-        ready, _, _ = select.select([self._proc.stdout], [], [], self.startup_timeout_s)
-        line = self._proc.stdout.readline() if ready else ""
-        if not line.startswith("READY "):
-            self.stop()
-            raise RuntimeError(f"fake provider process did not start (got {line!r})")
-        self.base_url = line.split(maxsplit=1)[1].strip()
-
-    def stop(self) -> None:
-        if self._proc is None:
-            return
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        if self._proc.stdout is not None:
-            self._proc.stdout.close()
-        self._proc = None
-
-    def log_entries(self) -> list[dict[str, Any]]:
-        return read_request_log(self.log_path)
-
-    def release_streams(self) -> None:
-        """Let every ``[stream-hold]`` answer, held now or later, go on."""
-        root = self.base_url.rsplit("/v1", 1)[0]
-        request = urllib.request.Request(f"{root}/control/release-streams", method="POST")
-        with urllib.request.urlopen(request, timeout=10) as response:
-            response.read()
-
-    def identical_request_counts(self, *, completed_only: bool = False) -> dict[str, int]:
-        return identical_counts(self.log_entries(), completed_only=completed_only)
-
-    def __enter__(self) -> FakeProviderProcess:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-def _child_env() -> dict[str, str]:
-    """The environment of the provider process: ours, plus our own import roots.
-
-    ``scenario`` names a ``module:callable`` the child imports, typically a module of the
-    caller's test-suite (``tests.integration.chaos_support:WriterScenario``). The child
-    must find it wherever the caller was started from, so the caller's import roots that
-    are not the interpreter's own (the project directory pytest put on ``sys.path``) go
-    on the child's ``PYTHONPATH``. Interpreter and site directories stay out: ahead of the
-    standard library they could shadow it.
-    """
-    interpreter = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    roots: list[str] = []
-    for entry in sys.path:
-        path = Path(entry or os.getcwd()).resolve()
-        if not path.is_dir() or any(path.is_relative_to(i) for i in interpreter):
-            continue
-        if str(path) not in roots:
-            roots.append(str(path))
-    env = dict(os.environ)
-    inherited = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = os.pathsep.join([*roots, *([inherited] if inherited else [])])
-    return env
-
-
-def _load_scenario(spec: str | None) -> Scenario | None:
-    """``module:name`` naming a scenario callable, or a scenario class to instantiate."""
-    if not spec:
-        return None
-    module_name, _, attr = spec.partition(":")
-    obj = getattr(importlib.import_module(module_name), attr)
-    if isinstance(obj, type):
-        made: Scenario = obj()
-        return made
-    result: Scenario = obj
-    return result
-
-
-async def _serve(args: argparse.Namespace) -> None:
-    provider = FakeProvider(
-        _load_scenario(args.scenario),
-        latency_ms=args.latency_ms,
-        host=args.host,
-        port=args.port,
-        log_path=args.log,
-        log_bodies=args.log_bodies,
-        chunk_delay_ms=args.chunk_delay_ms,
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with provider:
-        print(f"READY {provider.base_url}", flush=True)
-        await stop.wait()
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Fake OpenAI-compatible provider for tests.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    parser.add_argument("--latency-ms", type=float, default=0.0)
-    parser.add_argument(
-        "--chunk-delay-ms", type=float, default=0.0, help="between the events of a stream"
-    )
-    parser.add_argument("--log", type=Path, default=None, help="JSONL request log")
-    parser.add_argument("--log-bodies", action="store_true", help="log request bodies too")
-    parser.add_argument("--scenario", default=None, help="module:callable (default: agent)")
-    asyncio.run(_serve(parser.parse_args(argv)))

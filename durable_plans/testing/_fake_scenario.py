@@ -74,7 +74,8 @@ class Completion(_Reply):
 
     content: str | None = None
     tool_calls: tuple[ToolCallSpec, ...] = ()
-    # "careless" gives every call the same id (seed 000's model); "unique" numbers them.
+    # "careless" gives every call the same id, as some real models do, so the orchestrator's
+    # own call ids (domain/tool_ids.py) are exercised by default; "unique" numbers them.
     id_policy: IdPolicy = "careless"
     prompt_tokens: int | None = None  # None: estimated from the request
     completion_tokens: int | None = None
