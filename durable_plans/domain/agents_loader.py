@@ -43,15 +43,14 @@ Only :func:`load_agents_file` / :func:`load_catalog` touch the file system;
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from durable_plans.domain.agents import (
     APPROVABLE_TOOL_NAMES,
@@ -63,9 +62,17 @@ from durable_plans.domain.agents import (
     AgentSpec,
 )
 from durable_plans.domain.approvals import ApprovalPolicy, policy_problems
+from durable_plans.domain.problems import (
+    ProblemsError,
+    capped,
+    describe,
+    explain_error,
+    lone_surrogate,
+    unknown_field,
+    unknown_name,
+)
 from durable_plans.domain.text_formats import (
     QUOTE_LIMIT,
-    ProblemsError,
     TextFormatError,
     one_line,
     parse_json,
@@ -82,7 +89,6 @@ from durable_plans.domain.tools_config import (
 )
 
 MAX_AGENTS_FILE_BYTES: Final = 1024 * 1024
-MAX_REPORTED_PROBLEMS: Final = 100
 
 # Agent names appear in plan files, logs and workflow ids, so they follow the plan-id rule
 # (no separators or whitespace), with a shorter limit: they are typed by people.
@@ -111,6 +117,7 @@ _FORMATS: Final[Mapping[str, str]] = {
     ".json": "JSON",
 }
 _BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")
+_TOP_LEVEL_LISTING: Final = f"the file holds only {', '.join(map(repr, TOP_LEVEL_KEYS))}"
 
 
 class AgentsFileError(ProblemsError):
@@ -252,7 +259,9 @@ def parse_agents_data(
             [f"{source}: must be a mapping with an 'agents' table, got {_describe(data)}"]
         )
     problems: list[str] = [
-        _unknown_key(key, TOP_LEVEL_KEYS) for key in data if key not in TOP_LEVEL_KEYS
+        unknown_field(key, TOP_LEVEL_KEYS, noun="key", listing=_TOP_LEVEL_LISTING)
+        for key in data
+        if key not in TOP_LEVEL_KEYS
     ]
     specs: list[AgentSpec] = []
     default_approval: ApprovalPolicy | None = None
@@ -279,7 +288,7 @@ def parse_agents_data(
     for spec in specs:
         problems.extend(_agent_tool_problems(spec, known_servers))
     if problems:
-        raise AgentsFileError(f"{source}: {line}" for line in _capped(problems))
+        raise AgentsFileError(f"{source}: {line}" for line in capped(problems))
     catalog = base.merged(specs)
     if default_approval is not None:
         # The file's top-level ``approval`` is every agent's unless the agent gives its own.
@@ -350,8 +359,7 @@ def parse_mcp_servers(value: Any) -> tuple[tuple[McpServerConfig, ...], list[str
             servers.append(McpServerConfig.model_validate({**fields, "name": name}))
         except ValidationError as exc:
             problems.extend(
-                f"{where}: {'.'.join(map(str, err['loc'])) or 'server'}: {one_line(err['msg'])}"
-                for err in exc.errors()
+                f"{where}: {explain_error(err, nested=McpServerConfig)}" for err in exc.errors()
             )
     return tuple(servers), problems
 
@@ -392,7 +400,7 @@ def _build_agent(name: Any, body: Any, base: AgentCatalog) -> tuple[AgentSpec | 
     try:
         return AgentSpec.model_validate({**fields, **values, "name": name}), []
     except ValidationError as exc:  # a model rule the checks above do not mirror
-        return None, [f"{where}: {one_line(err['msg'])}" for err in exc.errors()]
+        return None, [f"{where}: {explain_error(err, nested=AgentSpec)}" for err in exc.errors()]
 
 
 # Each check returns the value to use and problem suffixes: ": what is wrong" for the
@@ -400,20 +408,10 @@ def _build_agent(name: Any, body: Any, base: AgentCatalog) -> tuple[AgentSpec | 
 _Check = Callable[[Any], tuple[Any, list[str]]]
 
 
-def _lone_surrogate(text: str) -> str | None:
-    """Why ``text`` is not valid Unicode (a JSON/YAML ``\\ud83d`` escape), or None.
-
-    Python keeps a lone surrogate in a str, but it cannot be encoded as UTF-8: the agent
-    would load, then break the first request or workflow input that carries it.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return (
-            f": contains a lone surrogate ({text[exc.start]!r} at character {exc.start}), "
-            "which is not valid Unicode text"
-        )
-    return None
+def _suffixes(exc: ValidationError, key: str, model: type[BaseModel]) -> list[str]:
+    """The validation errors of field ``key`` (a ``model``) as check suffixes, worded like
+    every other problem: ``.timeout_s: must be ...`` or ``: unknown field ...``."""
+    return [explain_error(err, key, model).removeprefix(key) for err in exc.errors()]
 
 
 def _check_system_prompt(value: Any) -> tuple[Any, list[str]]:
@@ -421,8 +419,8 @@ def _check_system_prompt(value: Any) -> tuple[Any, list[str]]:
         return None, [f": must be a string, got {_describe(value)}"]
     if not value.strip():
         return None, [": must not be empty"]
-    if why := _lone_surrogate(value):
-        return None, [why]
+    if why := lone_surrogate(value):
+        return None, [f": {why}"]
     return value, []
 
 
@@ -438,11 +436,7 @@ def _check_tools(value: Any) -> tuple[Any, list[str]]:
         elif tool in seen:
             repeated[tool] = None
         elif tool not in KNOWN_TOOL_NAMES:
-            close = difflib.get_close_matches(tool, KNOWN_TOOL_NAMES, n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            problems.append(
-                f": unknown tool {quote(tool)} ({hint}known tools: {', '.join(KNOWN_TOOL_NAMES)})"
-            )
+            problems.append(f": {unknown_name('tool', tool, KNOWN_TOOL_NAMES)}")
         if isinstance(tool, str):
             seen.add(tool)
     problems.extend(f": lists {quote(tool)} more than once" for tool in repeated)
@@ -467,8 +461,8 @@ def _check_model(value: Any) -> tuple[Any, list[str]]:
         return None, [f": must be a string (a litellm model name), got {_describe(value)}"]
     if not value.strip():
         return None, [": must not be empty (leave it out to use the worker's DPLAN_MODEL)"]
-    if why := _lone_surrogate(value):
-        return None, [why]
+    if why := lone_surrogate(value):
+        return None, [f": {why}"]
     return value, []
 
 
@@ -479,7 +473,7 @@ def _check_approval(value: Any) -> tuple[Any, list[str]]:
     try:
         return ApprovalPolicy.model_validate(value), []
     except ValidationError as exc:  # a rule policy_problems does not mirror
-        return None, [f": {one_line(err['msg'])}" for err in exc.errors()]
+        return None, _suffixes(exc, "approval", ApprovalPolicy)
 
 
 def _check_mcp(value: Any) -> tuple[Any, list[str]]:
@@ -494,9 +488,7 @@ def _check_run_command(value: Any) -> tuple[Any, list[str]]:
     try:
         policy = CommandPolicy.model_validate(dict(value))
     except ValidationError as exc:
-        return None, [
-            f".{'.'.join(map(str, err['loc']))}: {one_line(err['msg'])}" for err in exc.errors()
-        ]
+        return None, _suffixes(exc, "run_command", CommandPolicy)
     bad = [p for p in policy.allow if not p or "/" in p or p in (".", "..")]
     if bad:
         return None, [f".allow: program names only, not paths: {', '.join(map(quote, bad))}"]
@@ -517,13 +509,6 @@ _FIELD_CHECKS: Final[Mapping[str, _Check]] = {
 # --------------------------------------------------------------------------- wording
 
 
-def _capped(lines: Sequence[str]) -> list[str]:
-    if len(lines) <= MAX_REPORTED_PROBLEMS:
-        return list(lines)
-    hidden = len(lines) - MAX_REPORTED_PROBLEMS
-    return [*lines[:MAX_REPORTED_PROBLEMS], f"... and {hidden} more problems not listed"]
-
-
 def _where(name: str) -> str:
     """The entry's path as it would be written in TOML: agents.coder, agents."my agent"."""
     if _BARE_KEY.fullmatch(name):
@@ -531,43 +516,17 @@ def _where(name: str) -> str:
     quoted = json.dumps(name[:QUOTE_LIMIT], ensure_ascii=False)
     # Keep the line one printable line: a lone surrogate, or a character such as U+0085 or
     # U+2028 that json leaves raw but splitlines() breaks on, is written escaped.
-    if _lone_surrogate(quoted) or not quoted.isprintable():
+    if lone_surrogate(quoted) or not quoted.isprintable():
         quoted = json.dumps(name[:QUOTE_LIMIT])
     return f"agents.{quoted}"
 
 
-def _unknown_key(key: Any, known: Sequence[str]) -> str:
-    if not isinstance(key, str):
-        return f"unknown key {quote(key)} (keys are strings)"
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    if close:
-        return f"unknown key {quote(key)} (did you mean {close[0]!r}?)"
-    return f"unknown key {quote(key)} (the file holds only {', '.join(map(repr, known))})"
-
-
 def _unknown_field(key: Any) -> str:
-    if not isinstance(key, str):
-        return f"unknown field {quote(key)} (field names are strings)"
     if key == "name":
         return "unknown field 'name' (an agent's name is its key, e.g. [agents.reviewer])"
-    close = difflib.get_close_matches(key, AGENT_FIELDS, n=1, cutoff=0.6)
-    if close:
-        return f"unknown field {quote(key)} (did you mean {close[0]!r}?)"
-    return f"unknown field {quote(key)} (known fields: {', '.join(AGENT_FIELDS)})"
+    return unknown_field(key, AGENT_FIELDS)
 
 
 def _describe(value: Any) -> str:
     """How a value reads in a problem line, in terms common to TOML, YAML and JSON."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return quote(value)
-    if isinstance(value, str):
-        return f"a string ({quote(value)})"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "a table"
-    return f"a {type(value).__name__}"
+    return describe(value, mapping="a table")

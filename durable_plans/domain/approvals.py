@@ -7,7 +7,8 @@ made it waits for ``approve_tool_call`` or ``reject_tool_call`` (Updates, see
 call's tool result, so the model reads why and carries on.
 
 Pure and standard-library-plus-pydantic only: it runs inside the workflow sandbox, and
-``domain.agents`` and ``domain.models`` import it (so it imports neither).
+``domain.agents`` and ``domain.models`` import it (so it imports neither; its problem
+lines are worded by ``domain.problems``, which imports no model).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from durable_plans.domain.problems import describe, unknown_field, unknown_name
 from durable_plans.domain.secrets import contains_secret
 
 __all__ = [
@@ -68,6 +70,9 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+_POLICY_FIELDS: Final = ("tools", "timeout_s")
+
+
 class ApprovalPolicy(_Frozen):
     """Which tools wait for a person, and how long (``approval`` in agents and plan files).
 
@@ -96,27 +101,23 @@ def policy_problems(value: object, known_tools: Iterable[str]) -> list[str]:
     """Problems of a decoded ``approval`` value (each ``": ..."`` or ``".field: ..."``),
     for the loaders' one-line-per-problem errors; empty when it is valid."""
     if not isinstance(value, dict):
-        return [f': must be a table with "tools" and optionally "timeout_s", got {value!r:.60}']
+        return [f': must be a table with "tools" and optionally "timeout_s", got {describe(value)}']
     problems = [
-        f": unknown field {key!r} (known fields: tools, timeout_s)"
-        for key in value
-        if key not in ("tools", "timeout_s")
+        f": {unknown_field(key, _POLICY_FIELDS)}" for key in value if key not in _POLICY_FIELDS
     ]
     known = tuple(known_tools)
     tools = value.get("tools", ())
     if isinstance(tools, str):
         if tools != ALL_TOOLS:
-            problems.append(f'.tools: must be "all" or a list of tool names, got {tools!r:.60}')
+            problems.append(f'.tools: must be "all" or a list of tool names, got {describe(tools)}')
     elif isinstance(tools, list | tuple):
         for i, tool in enumerate(tools):
             if not isinstance(tool, str):
-                problems.append(f".tools[{i}]: must be a tool name, got {tool!r:.60}")
+                problems.append(f".tools[{i}]: must be a tool name, got {describe(tool)}")
             elif tool not in known:
-                problems.append(
-                    f".tools[{i}]: unknown tool {tool!r:.60} (known tools: {', '.join(known)})"
-                )
+                problems.append(f".tools[{i}]: {unknown_name('tool', tool, known)}")
     else:
-        problems.append(f'.tools: must be "all" or a list of tool names, got {tools!r:.60}')
+        problems.append(f'.tools: must be "all" or a list of tool names, got {describe(tools)}')
     timeout = value.get("timeout_s")
     if timeout is not None and (
         isinstance(timeout, bool)
@@ -124,7 +125,8 @@ def policy_problems(value: object, known_tools: Iterable[str]) -> list[str]:
         or not 0 < timeout <= 365 * 24 * 3600
     ):
         problems.append(
-            f".timeout_s: must be a number of seconds above 0 (at most a year), got {timeout!r:.60}"
+            ".timeout_s: must be a number of seconds above 0 (at most a year), "
+            f"got {describe(timeout)}"
         )
     return problems
 

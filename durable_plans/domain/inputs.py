@@ -33,14 +33,9 @@ from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.ids import stable_id
-from durable_plans.domain.plan_loader import (
-    PlanValidationError,
-    check_fields,
-    is_valid_id,
-    plan_from_data,
-)
+from durable_plans.domain.plan_loader import PlanValidationError, is_valid_id, plan_from_data
+from durable_plans.domain.problems import ProblemsError, check_fields, describe, explain_error
 from durable_plans.domain.session_contracts import SessionInput
-from durable_plans.domain.text_formats import ProblemsError, one_line, quote
 
 __all__ = [
     "WRAPPER_FIELD",
@@ -90,7 +85,7 @@ def _from_wrapper(value: Mapping[Any, Any], workflow_id: str) -> PlanInput:
         try:
             known_agents = AgentCatalog(agents=agents).names()
         except ValidationError as err:
-            problems.extend(f"agents: {one_line(e['msg'])}" for e in err.errors())
+            problems.extend(explain_error(e, "agents") for e in err.errors())
     raw_plan = value[WRAPPER_FIELD]
     try:
         plan = plan_from_data(
@@ -106,9 +101,7 @@ def _from_wrapper(value: Mapping[Any, Any], workflow_id: str) -> PlanInput:
     try:
         inp = PlanInput.model_validate({**values, WRAPPER_FIELD: plan})
     except ValidationError as err:  # a model rule across fields the field checks miss
-        raise InvalidInput(
-            f"{_path(err_loc['loc'])}: {one_line(err_loc['msg'])}" for err_loc in err.errors()
-        ) from None
+        raise InvalidInput(explain_error(e) for e in err.errors()) from None
     return inp
 
 
@@ -116,35 +109,17 @@ def session_input_from_value(value: Any) -> SessionInput:
     """The SessionInput ``value`` describes; ``InvalidInput`` lists every problem."""
     if not isinstance(value, Mapping):
         raise InvalidInput(
-            [f"the input must be an object with 'session_id', got {_describe(value)}"]
+            [f"the input must be an object with 'session_id', got {describe(value)}"]
         )
     values, problems = check_fields(value, SessionInput)
     if values.get("agents"):
         try:
             AgentCatalog(agents=values["agents"])
         except ValidationError as err:
-            problems.extend(f"agents: {one_line(e['msg'])}" for e in err.errors())
+            problems.extend(explain_error(e, "agents") for e in err.errors())
     if not problems:
         try:
             return SessionInput.model_validate(values)
         except ValidationError as err:
-            problems = [f"{_path(e['loc'])}: {one_line(e['msg'])}" for e in err.errors()]
+            problems = [explain_error(e) for e in err.errors()]
     raise InvalidInput(problems)
-
-
-def _path(loc: tuple[int | str, ...]) -> str:
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return quote(value)
-    if isinstance(value, str):
-        return f"a string ({quote(value)})"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return f"a {type(value).__name__}"

@@ -7,41 +7,43 @@ twice: in the CLI/client before anything starts, and inside PlanWorkflow (which 
 :func:`read_plan_file`, and every result is deterministic.
 
 Two kinds of rule exist. *Structural* ones (unknown fields, wrong types) only make sense
-for raw data and live in :func:`plan_from_data`. *Semantic* ones (ids, sizes, agents,
-dependencies, cycles) are written once, over a small "facts" view that can come either
-from raw data whose fields passed the type checks or from an already-built Plan.
+for raw data: :func:`plan_from_data` checks each field against the models and words the
+failures through :mod:`domain.problems`, as every loader does. *Semantic* ones (ids,
+sizes, agents, dependencies, cycles) are the plan's own, written once, over a small
+"facts" view that can come either from raw data whose fields passed the type checks or
+from an already-built Plan.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
-import math
 import re
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic import ValidationError
 
 from durable_plans.domain.agents import APPROVABLE_TOOL_NAMES
 from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
 from durable_plans.domain.approvals import ApprovalPolicy, policy_problems
 from durable_plans.domain.models import Notify, Plan, Subtask
 from durable_plans.domain.notify import notify_problems
-from durable_plans.domain.scheduling import CYCLE_DISPLAY_LIMIT, find_cycles, format_cycle
-from durable_plans.domain.text_formats import (
+from durable_plans.domain.problems import (
     ProblemsError,
-    TextFormatError,
-    one_line,
-    parse_json,
-    parse_yaml,
-    quote,
+    capped,
+    check_fields,
+    closest,
+    describe,
+    explain_error,
+    lone_surrogate,
+    prefixed,
+    unknown_name,
 )
+from durable_plans.domain.scheduling import CYCLE_DISPLAY_LIMIT, find_cycles, format_cycle
+from durable_plans.domain.text_formats import TextFormatError, parse_json, parse_yaml, quote
 
 MAX_PLAN_BYTES: Final = 4 * 1024 * 1024
 MAX_SUBTASKS: Final = 2000
@@ -50,10 +52,8 @@ MAX_GOAL_CHARS: Final = 20_000
 MAX_DEPENDENCIES: Final = 200
 MIN_PARALLEL: Final = 1
 MAX_PARALLEL: Final = 500
-# Past these, more lines would only bury the first ones, and the problem list also travels
-# in a Temporal failure whose payload must stay small.
+# Past this, more cycle lines would only bury the first ones.
 MAX_REPORTED_CYCLES: Final = 20
-MAX_REPORTED_PROBLEMS: Final = 100
 
 # Ids become parts of Temporal workflow ids (``{plan_id}/{subtask_id}``) and snapshot
 # ids (``{session}:{plan}:{subtask}``), so they exclude separators and whitespace.
@@ -72,23 +72,6 @@ class PlanValidationError(ProblemsError):
 def is_valid_id(value: str) -> bool:
     """Whether ``value`` may be used as a plan or subtask id."""
     return ID_PATTERN.fullmatch(value) is not None
-
-
-def _lone_surrogate(text: str) -> str | None:
-    """Why ``text`` is not valid Unicode, or None when it is.
-
-    JSON's ``\\ud83d`` escape (half an emoji, e.g. from truncated LLM output) decodes to a
-    lone surrogate: Python keeps it in a str, but it cannot be encoded as UTF-8, so the plan
-    would pass validation and then fail when Temporal serialises the workflow input.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return (
-            f"contains a lone surrogate ({text[exc.start]!r} at character {exc.start}), "
-            "which is not valid Unicode text"
-        )
-    return None
 
 
 def new_plan_id() -> str:
@@ -121,7 +104,7 @@ def parse_plan_text(text: str, *, source: str = "<plan>") -> dict[str, Any]:
     data = _parse_yaml(text, source) if use_yaml else _parse_json(text, source)
     if not isinstance(data, dict):
         raise PlanValidationError(
-            [f"{source}: the plan must be an object with 'subtasks', got {_describe(data)}"]
+            [f"{source}: the plan must be an object with 'subtasks', got {describe(data)}"]
         )
     return data
 
@@ -233,13 +216,13 @@ def plan_from_data(
     """
     if not isinstance(data, Mapping):
         raise PlanValidationError(
-            [_prefixed(source, f"the plan must be an object, got {_describe(data)}")]
+            [prefixed(source, f"the plan must be an object, got {describe(data)}")]
         )
     problems: list[_Problem] = []
 
     header = {k: v for k, v in data.items() if k != "subtasks" and not (k == "id" and v is None)}
-    values, header_problems = _check_object(
-        header, Plan, handled={"subtasks", "approval"}, optional={"id"}
+    values, header_problems = check_fields(
+        header, Plan, handled={"subtasks", "approval"}, optional={"id"}, strict=True
     )
     problems.extend((_PLAN_GROUP, p) for p in header_problems)
     if header.get("approval") is not None:
@@ -256,7 +239,7 @@ def plan_from_data(
     if "subtasks" not in data:
         problems.append((_PLAN_GROUP, "missing required field 'subtasks' (a list of subtasks)"))
     elif not isinstance(raw_subtasks, list | tuple):
-        problems.append((_PLAN_GROUP, f"subtasks: must be a list, got {_describe(raw_subtasks)}"))
+        problems.append((_PLAN_GROUP, f"subtasks: must be a list, got {describe(raw_subtasks)}"))
     elif len(raw_subtasks) <= MAX_SUBTASKS:  # beyond that, "too many" is the one problem
         for position, raw in enumerate(raw_subtasks):
             sub_values, sub_problems = _check_subtask(raw)
@@ -275,12 +258,12 @@ def plan_from_data(
     )
     problems.extend(_semantic_problems(plan_facts, subtask_facts, known_agents))
     if problems:
-        raise PlanValidationError(_prefixed(source, line) for line in _ordered(problems))
+        raise PlanValidationError(prefixed(source, line) for line in _ordered(problems))
     try:
         return Plan.model_validate({**values, "subtasks": subtask_values})
     except ValidationError as exc:  # a model constraint the rules above do not mirror
-        lines = [line for err in exc.errors() for line in _explain_error(err, "")]
-        raise PlanValidationError(_prefixed(source, line) for line in lines) from None
+        lines = [explain_error(err) for err in exc.errors()]
+        raise PlanValidationError(prefixed(source, line) for line in lines) from None
 
 
 def validate_plan(plan: Plan, *, known_agents: Collection[str] = BUILTIN_AGENTS) -> list[str]:
@@ -302,8 +285,8 @@ def validate_plan(plan: Plan, *, known_agents: Collection[str] = BUILTIN_AGENTS)
 
 def _check_subtask(raw: Any) -> tuple[dict[str, Any], list[str]]:
     if not isinstance(raw, Mapping):
-        return {}, [f"must be an object, got {_describe(raw)}"]
-    return _check_object(raw, Subtask)
+        return {}, [f"must be an object, got {describe(raw)}"]
+    return check_fields(raw, Subtask, strict=True)
 
 
 def _subtask_facts(position: int, values: Mapping[str, Any]) -> _SubtaskFacts:
@@ -317,154 +300,7 @@ def _subtask_facts(position: int, values: Mapping[str, Any]) -> _SubtaskFacts:
 
 
 def _ordered(problems: list[_Problem]) -> list[str]:
-    lines = [line for _, line in sorted(problems, key=lambda p: p[0])]
-    if len(lines) > MAX_REPORTED_PROBLEMS:
-        hidden = len(lines) - MAX_REPORTED_PROBLEMS
-        lines = [*lines[:MAX_REPORTED_PROBLEMS], f"... and {hidden} more problems not listed"]
-    return lines
-
-
-def _prefixed(source: str | None, line: str) -> str:
-    return f"{source}: {line}" if source else line
-
-
-# --------------------------------------------------------------------------- structural rules
-
-
-def _check_object(
-    raw: Mapping[Any, Any],
-    model: type[BaseModel],
-    *,
-    handled: Collection[str] = (),
-    optional: Collection[str] = (),
-    strict: bool = True,
-) -> tuple[dict[str, Any], list[str]]:
-    """Type-check each field of ``raw`` against ``model`` on its own.
-
-    Returns the values that passed (defaults filled in for absent optional fields) and one
-    problem line per failure, so a bad field neither hides the others nor makes the
-    semantic rules report it a second time. Range rules are left to the semantic pass.
-    """
-    fields = model.model_fields
-    problems = [_unknown_field(key, fields) for key in raw if key not in fields]
-    values: dict[str, Any] = {}
-    for name, info in fields.items():
-        if name in handled:
-            continue
-        if name not in raw:
-            if not info.is_required():
-                values[name] = info.get_default(call_default_factory=True)
-            elif name not in optional:
-                problems.append(f"missing required field {name!r}")
-            continue
-        value = raw[name]
-        # Strict mode keeps "4" from passing as 4 and true as 1; JSON lists arrive as lists.
-        if isinstance(value, list):
-            value = tuple(value)
-        try:
-            values[name] = _field_adapter(model, name).validate_python(value, strict=strict)
-        except ValidationError as exc:
-            for err in exc.errors():
-                problems.extend(_explain_error(err, name, _nested_model(info.annotation)))
-    return values, problems
-
-
-def check_fields(
-    raw: Mapping[Any, Any],
-    model: type[BaseModel],
-    *,
-    handled: Collection[str] = (),
-    strict: bool = False,
-) -> tuple[dict[str, Any], list[str]]:
-    """Type-check the fields of ``raw`` against ``model``, worded as plan-file problems.
-
-    For the other JSON objects clients send next to or instead of a plan file (the
-    PlanInput wrapper, a SessionInput), so that every rejected input reads alike:
-    ``unknown field 'x' (did you mean 'y'?)``, ``agents[0].name: must be a string, got 5``.
-    Lax by default: those objects are written by programs (and by older versions of this
-    one) whose JSON pydantic has always decoded leniently. Fields in ``handled`` are
-    neither checked nor required.
-    """
-    return _check_object(raw, model, handled=handled, strict=strict)
-
-
-@cache
-def _field_adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
-    annotation = model.model_fields[name].annotation
-    if annotation is None:  # pydantic always resolves it for a defined model
-        raise TypeError(f"{model.__name__}.{name} has no type annotation")
-    return TypeAdapter(annotation)
-
-
-def _nested_model(annotation: Any) -> type[BaseModel] | None:
-    candidates = (annotation, *getattr(annotation, "__args__", ()))
-    for candidate in candidates:
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return candidate
-    return None
-
-
-def _unknown_field(key: Any, fields: Collection[str]) -> str:
-    if not isinstance(key, str):
-        return f"unknown field {quote(key)} (field names are strings)"
-    close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
-    if close:
-        return f"unknown field {quote(key)} (did you mean {close[0]!r}?)"
-    return f"unknown field {quote(key)} (known fields: {', '.join(fields)})"
-
-
-_TYPE_PHRASES: Final[Mapping[str, str]] = {
-    "int_type": "must be an integer",
-    "int_from_float": "must be an integer",
-    "int_parsing": "must be an integer",
-    "float_type": "must be a number",
-    "float_parsing": "must be a number",
-    "finite_number": "must be a finite number",
-    "string_type": "must be a string",
-    "bool_type": "must be true or false",
-    "tuple_type": "must be a list",
-    "list_type": "must be a list",
-    "model_type": "must be an object",
-    "dict_type": "must be an object",
-    "model_attributes_type": "must be an object",
-}
-
-
-def _explain_error(
-    err: ErrorDetails, field: str, nested: type[BaseModel] | None = None
-) -> list[str]:
-    """One readable line for one pydantic error: ``path: what is wrong, got what``."""
-    loc = err["loc"]
-    path = field + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
-    path = path.lstrip(".")
-    kind = err["type"]
-    ctx = err.get("ctx") or {}
-    if kind == "extra_forbidden" and loc:
-        parent = path.rsplit(".", 1)[0] if "." in path else ""
-        known = nested.model_fields if nested is not None else ()
-        return [_prefixed(parent, _unknown_field(loc[-1], known))]
-    if kind == "missing" and loc:
-        parent = path.rsplit(".", 1)[0] if "." in path else ""
-        return [_prefixed(parent, f"missing required field {loc[-1]!r}")]
-    value = err["input"]
-    if kind in _TYPE_PHRASES:
-        phrase = _TYPE_PHRASES[kind]
-    elif isinstance(value, float) and math.isnan(value):  # NaN fails every bound: say why
-        phrase = _TYPE_PHRASES["finite_number"]
-    elif kind == "greater_than_equal":
-        phrase = "must not be negative" if ctx.get("ge") == 0 else f"must be at least {ctx['ge']}"
-    elif kind == "greater_than":
-        phrase = f"must be greater than {ctx['gt']}"
-    elif kind == "less_than_equal":
-        phrase = f"must be at most {ctx['le']}"
-    elif kind == "string_too_short":
-        phrase = "must not be empty"
-    elif kind == "string_too_long":
-        phrase = f"must be at most {ctx['max_length']} characters"
-    else:
-        message = one_line(err["msg"])
-        phrase = message[:1].lower() + message[1:]
-    return [_prefixed(path, f"{phrase}, got {_describe(value)}")]
+    return capped([line for _, line in sorted(problems, key=lambda p: p[0])])
 
 
 # --------------------------------------------------------------------------- semantic rules
@@ -509,11 +345,11 @@ def _plan_field_problems(plan: _PlanFacts) -> list[_Problem]:
         out.append(f"id: invalid plan id {quote(plan.id)} ({ID_RULE})")
     if plan.goal is not None and len(plan.goal) > MAX_GOAL_CHARS:
         out.append(f"goal: too long ({len(plan.goal)} characters, limit {MAX_GOAL_CHARS})")
-    elif plan.goal is not None and (why := _lone_surrogate(plan.goal)):
+    elif plan.goal is not None and (why := lone_surrogate(plan.goal)):
         out.append(f"goal: {why}")
     if plan.session_id is not None and not plan.session_id.strip():
         out.append("session_id: must not be blank (omit it to start a new session)")
-    elif plan.session_id is not None and (why := _lone_surrogate(plan.session_id)):
+    elif plan.session_id is not None and (why := lone_surrogate(plan.session_id)):
         out.append(f"session_id: {why}")
     if plan.max_parallel is not None and not MIN_PARALLEL <= plan.max_parallel <= MAX_PARALLEL:
         out.append(
@@ -539,13 +375,10 @@ def _subtask_problems(s: _SubtaskFacts, known_agents: Collection[str]) -> list[s
                 f"description is too long ({len(s.description)} characters, "
                 f"limit {MAX_DESCRIPTION_CHARS})"
             )
-        elif why := _lone_surrogate(s.description):
+        elif why := lone_surrogate(s.description):
             out.append(f"description {why}")
     if s.agent is not None and s.agent not in known_agents:
-        known = sorted(known_agents)
-        close = difflib.get_close_matches(s.agent, known, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        out.append(f"unknown agent {quote(s.agent)} ({hint}known agents: {', '.join(known)})")
+        out.append(unknown_name("agent", s.agent, sorted(known_agents)))
     return out
 
 
@@ -560,8 +393,8 @@ class _Suggester:
         if self._left <= 0:
             return ""
         self._left -= 1
-        close = difflib.get_close_matches(unknown, self._ids, n=1, cutoff=0.6)
-        return f" (did you mean {close[0]!r}?)" if close else ""
+        match = closest(unknown, self._ids)
+        return f" (did you mean {match!r}?)" if match is not None else ""
 
 
 def _dependency_problems(
@@ -616,20 +449,3 @@ def _where(position: int, subtask_id: Any) -> str:
     if isinstance(subtask_id, str) and subtask_id:
         return f"subtasks[{position}] (id {quote(subtask_id)})"
     return f"subtasks[{position}]"
-
-
-def _describe(value: Any) -> str:
-    """How a value reads in a problem line, in plan-file (JSON) terms."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return quote(value)
-    if isinstance(value, str):
-        return f"a string ({quote(value)})"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "an object"
-    return f"a {type(value).__name__}"

@@ -11,28 +11,11 @@ when YAML is actually parsed (workflow code imports the loaders but never parses
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from functools import cache
 from typing import Any, Final
 
 QUOTE_LIMIT: Final = 60
-
-
-class ProblemsError(ValueError):
-    """A rejected input: one human-readable line per problem (never none), printable as
-    is and picklable (it crosses process and data-converter boundaries)."""
-
-    def __init__(self, problems: Iterable[str]) -> None:
-        self.problems: tuple[str, ...] = tuple(problems)
-        if not self.problems:
-            raise ValueError(f"{type(self).__name__} needs at least one problem")
-        super().__init__(*self.problems)
-
-    def __str__(self) -> str:
-        return "\n".join(self.problems)
-
-    def __reduce__(self) -> tuple[type[ProblemsError], tuple[tuple[str, ...]]]:
-        return (type(self), (self.problems,))
 
 
 class TextFormatError(ValueError):

@@ -61,14 +61,22 @@ def test_agents_file_policy_per_agent_and_for_every_other_agent() -> None:
     [
         ("all", 'approval: must be a table with "tools"'),
         ({"tools": "some"}, 'approval.tools: must be "all" or a list of tool names'),
-        ({"tools": ["write_fil"]}, "approval.tools[0]: unknown tool 'write_fil' (known tools: "),
+        ({"tools": ["deploy"]}, "approval.tools[0]: unknown tool 'deploy' (known tools: "),
+        (
+            {"tools": ["write_fil"]},
+            "approval.tools[0]: unknown tool 'write_fil' (did you mean 'write_file'? known tools: ",
+        ),
         ({"tools": [3]}, "approval.tools[0]: must be a tool name, got 3"),
         ({"timeout_s": 0}, "approval.timeout_s: must be a number of seconds above 0"),
-        ({"timeout_s": True}, "approval.timeout_s: must be a number of seconds above 0"),
         (
-            {"tool": ["read_file"]},
-            "approval: unknown field 'tool' (known fields: tools, timeout_s)",
+            {"timeout_s": True},
+            "approval.timeout_s: must be a number of seconds above 0 (at most a year), got true",
         ),
+        (
+            {"when": ["read_file"]},
+            "approval: unknown field 'when' (known fields: tools, timeout_s)",
+        ),
+        ({"tool": ["read_file"]}, "approval: unknown field 'tool' (did you mean 'tools'?)"),
     ],
 )
 def test_bad_policies_are_named_in_plans_and_agents_files(approval: object, problem: str) -> None:

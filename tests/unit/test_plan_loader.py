@@ -19,7 +19,6 @@ from durable_plans.domain.plan_loader import (
     MAX_GOAL_CHARS,
     MAX_PLAN_BYTES,
     MAX_REPORTED_CYCLES,
-    MAX_REPORTED_PROBLEMS,
     MAX_SUBTASKS,
     PlanValidationError,
     is_valid_id,
@@ -30,6 +29,7 @@ from durable_plans.domain.plan_loader import (
     read_plan_file,
     validate_plan,
 )
+from durable_plans.domain.problems import MAX_REPORTED_PROBLEMS
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

@@ -77,8 +77,7 @@ def test_servers_and_tool_grants_are_read_as_written() -> None:
         ),
         (
             '[mcp_servers.x]\ncommand = "a"\nurl = "http://b"',
-            "a.toml: mcp_servers.x: server: Value error, give exactly one of command (stdio) "
-            "or url (streamable HTTP)",
+            "a.toml: mcp_servers.x: give exactly one of command (stdio) or url (streamable HTTP)",
         ),
         (
             '[mcp_servers.x]\nurl = "http://b"\nheaders = {Authorization = "Bearer abc"}',
@@ -98,7 +97,16 @@ def test_servers_and_tool_grants_are_read_as_written() -> None:
         ),
         (
             '[agents.debug.run_command]\nallow = ["python"]\ntimeout_s = -1',
-            "a.toml: agents.debug: run_command.timeout_s: Input should be greater than 0",
+            "a.toml: agents.debug: run_command.timeout_s: must be greater than 0, got -1",
+        ),
+        (
+            '[mcp_servers.x]\ncomand = "a"',
+            "a.toml: mcp_servers.x: unknown field 'comand' (did you mean 'command'?)",
+        ),
+        (
+            '[agents.debug.run_command]\nallow = ["python"]\ntimout_s = 5',
+            "a.toml: agents.debug: run_command: unknown field 'timout_s' "
+            "(did you mean 'timeout_s'?)",
         ),
     ],
 )
