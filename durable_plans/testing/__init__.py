@@ -14,7 +14,9 @@ Agents SDK):
   ``"openai/fake"``. What it answers is a *scenario*: ``AgentScenario`` (the default,
   steered by directives such as ``[flaky:500x2]`` in the task text), ``ScriptedScenario``
   (replies in a fixed order), or any callable ``ChatRequest -> Reply``.
-  ``FakeProviderProcess`` runs it as its own process (``python -m durable_plans.testing``).
+  ``FakeProviderProcess`` runs it as its own process (``python -m durable_plans.testing``);
+- ``local_stack()``: an async context manager with a Temporal dev server, a worker and a
+  ``FakeProvider`` (or the scripted model) for one test; ``stack.client`` runs plans.
 
 The fake provider needs aiohttp: ``pip install 'durable-plans[testing]'``.
 """
@@ -51,6 +53,7 @@ from durable_plans.testing._fake_scenario import (
     conversation_key,
     strip_directives,
 )
+from durable_plans.testing._local_stack import LocalStack, local_stack
 from durable_plans.testing._provider_process import FakeProviderProcess
 
 __all__ = [
@@ -65,6 +68,7 @@ __all__ = [
     "FakeProvider",
     "FakeProviderProcess",
     "HttpError",
+    "LocalStack",
     "PlannedCall",
     "PlannedTurn",
     "RawBody",
@@ -75,6 +79,7 @@ __all__ = [
     "ToolCallSpec",
     "conversation_key",
     "identical_counts",
+    "local_stack",
     "plan_turn",
     "read_request_log",
     "register_scripted_provider",

@@ -267,6 +267,11 @@ class FakeProvider:
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
 
+    @property
+    def running(self) -> bool:
+        """Between ``start`` and ``stop``: whoever started it also stops it."""
+        return self._runner is not None
+
     def identical_request_counts(self, *, completed_only: bool = False) -> dict[str, int]:
         return identical_counts(self.requests, completed_only=completed_only)
 
