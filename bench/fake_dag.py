@@ -145,12 +145,12 @@ class LitellmAgent:
         # Imported here, like the activities do: litellm's import is slow and this module
         # must stay importable (and testable) without paying it up front.
         from durable_plans.activities.llm import import_litellm
-        from durable_plans.activities.tool_registry import (
+        from durable_plans.activities.tool_registry import openai_tool_schemas
+        from durable_plans.activities.workspace import Workspace
+        from durable_plans.activities.workspace_tools import (
             WORKSPACE_TOOLS,
             execute_workspace_tool,
-            openai_tool_schemas,
         )
-        from durable_plans.activities.workspace import Workspace
         from durable_plans.domain.agents import agent_spec
 
         litellm = import_litellm()

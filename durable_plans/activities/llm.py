@@ -27,10 +27,10 @@ from durable_plans.activities.llm_errors import (
     classify_llm_error,
     to_application_error,
 )
-from durable_plans.activities.orchestration_tools import tool_specs
 from durable_plans.activities.sessions import begin_branch, close_branch
 from durable_plans.activities.spend import paid_for, record_paid
 from durable_plans.activities.streaming import LivePublisher, streamed_completion
+from durable_plans.activities.tool_catalog import tool_specs
 from durable_plans.activities.tool_registry import ToolSpec, openai_tool_schemas
 from durable_plans.domain.contracts import ACT_CALL_LLM, LlmCallInput, LlmCallOutput, ToolCallRef
 from durable_plans.domain.failures import FailureType

@@ -9,14 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from durable_plans.activities.commands import COMMAND_TOOLS
-from durable_plans.activities.tool_registry import (
-    WORKSPACE_TOOLS,
-    ToolArgs,
-    ToolRegistry,
-    ToolResult,
-    ToolSpec,
-)
+from durable_plans.activities.tool_registry import ToolArgs, ToolRegistry, ToolResult, ToolSpec
 from durable_plans.domain.agents import DELEGATE_TOOL, SPAWN_TOOL
 
 MAX_TASK_CHARS = 20_000
@@ -107,10 +100,3 @@ ORCHESTRATION_REGISTRY.register(
 )
 
 ORCHESTRATION_TOOLS: dict[str, ToolSpec] = {s.name: s for s in ORCHESTRATION_REGISTRY.specs()}
-ALL_TOOL_SPECS: dict[str, ToolSpec] = {**WORKSPACE_TOOLS, **ORCHESTRATION_TOOLS, **COMMAND_TOOLS}
-
-
-def tool_specs(names: tuple[str, ...] | list[str]) -> list[ToolSpec]:
-    """Specs for an agent's tool names, in its order; unknown names are skipped (an agents
-    file is validated when it is loaded)."""
-    return [ALL_TOOL_SPECS[n] for n in names if n in ALL_TOOL_SPECS]

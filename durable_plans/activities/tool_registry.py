@@ -1,4 +1,4 @@
-"""Tool declarations (JSON schemas for the model) and the one entry point that runs them.
+"""Declaring tools (JSON schemas for the model) and running a model's calls of them.
 
 A tool call is written by a model, so everything about it may be wrong: the name, the
 JSON, the field names and types. None of that is our failure, and none of it may crash
@@ -8,7 +8,9 @@ exactly what to fix, so the model can correct itself on the next turn. Only bugs
 handler (anything other than ``ToolRefused`` or ``OSError``) propagate.
 
 Each tool's JSON schema is generated from the pydantic model that validates its
-arguments, so what the model is told and what is enforced cannot drift apart.
+arguments, so what the model is told and what is enforced cannot drift apart. Which
+tools exist, and which an agent may call, is :mod:`activities.tool_catalog`'s business:
+a registry only knows its own tools.
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ import copy
 import inspect
 import json
 import re
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeAlias, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from durable_plans.activities.workspace import MAX_PATH_CHARS, ToolRefused, Workspace
+from durable_plans.activities.workspace import ToolRefused
 
 ContextT = TypeVar("ContextT")
 ArgsT = TypeVar("ArgsT", bound=BaseModel)
@@ -33,11 +35,16 @@ _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-style providers
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """What the model is told about a tool; ``parameters`` is a JSON schema object."""
+    """What the model is told about a tool; ``parameters`` is a JSON schema object.
+
+    ``read_only``: the tool only reads the workspace (never told to the model; the
+    catalogue says which tools change things).
+    """
 
     name: str
     description: str
     parameters: dict[str, Any]
+    read_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,7 +173,8 @@ def _json_kind(value: Any) -> str:
     )
 
 
-def _clip(text: str, limit: int = 80) -> str:
+def clip(text: str, limit: int = 80) -> str:
+    """Text from a model, shown in an answer: printable, and cut when it is long."""
     shown = text if text.isprintable() else repr(text)[1:-1]
     return shown if len(shown) <= limit else shown[:limit] + "…"
 
@@ -199,12 +207,19 @@ class ToolRegistry(Generic[ContextT]):
         description: str,
         args_model: type[ArgsT],
         handler: Handler[ArgsT, ContextT],
+        *,
+        read_only: bool = False,
     ) -> ToolSpec:
         if not _TOOL_NAME.fullmatch(name):
             raise ValueError(f"tool name {name!r} must match {_TOOL_NAME.pattern}")
         if name in self._entries:
             raise ValueError(f"tool {name!r} is already registered")
-        spec = ToolSpec(name=name, description=description, parameters=schema_for(args_model))
+        spec = ToolSpec(
+            name=name,
+            description=description,
+            parameters=schema_for(args_model),
+            read_only=read_only,
+        )
         self._entries[name] = _Entry(spec=spec, args_model=args_model, handler=handler)
         return spec
 
@@ -227,16 +242,13 @@ class ToolRegistry(Generic[ContextT]):
             )
         return [self._entries[n].spec for n in wanted]
 
-    async def execute(
-        self,
-        name: str,
-        arguments: str,
-        context: ContextT,
-        *,
-        allowed: Collection[str] | None = None,
-    ) -> ToolResult:
-        """Run one tool call; never raises for anything the model can cause."""
-        prepared = self._prepare(name, arguments, allowed)
+    async def execute(self, name: str, arguments: str, context: ContextT) -> ToolResult:
+        """Run one tool call; never raises for anything the model can cause.
+
+        Whether the agent may call ``name`` at all was decided before (the catalogue's
+        ``refuse_call``); a name this registry does not hold is answered as unknown.
+        """
+        prepared = self._prepare(name, arguments)
         if isinstance(prepared, ToolResult):
             return prepared
         entry, args = prepared
@@ -248,24 +260,15 @@ class ToolRegistry(Generic[ContextT]):
         except (ToolRefused, OSError) as exc:
             return _refusal(exc)
 
-    def parse(
-        self, name: str, arguments: str, *, allowed: Collection[str] | None = None
-    ) -> ToolResult | BaseModel:
+    def parse(self, name: str, arguments: str) -> ToolResult | BaseModel:
         """Validate a call without running it, for tools the workflow carries out itself
         (sub-agents): the model gets the same ``error:`` answers as for any tool."""
-        prepared = self._prepare(name, arguments, allowed)
+        prepared = self._prepare(name, arguments)
         return prepared if isinstance(prepared, ToolResult) else prepared[1]
 
-    def execute_sync(
-        self,
-        name: str,
-        arguments: str,
-        context: ContextT,
-        *,
-        allowed: Collection[str] | None = None,
-    ) -> ToolResult:
+    def execute_sync(self, name: str, arguments: str, context: ContextT) -> ToolResult:
         """``execute`` for sync handlers, callable from a thread without an event loop."""
-        prepared = self._prepare(name, arguments, allowed)
+        prepared = self._prepare(name, arguments)
         if isinstance(prepared, ToolResult):
             return prepared
         entry, args = prepared
@@ -279,18 +282,10 @@ class ToolRegistry(Generic[ContextT]):
             result.close()  # never awaited: close it so it does not warn at collection
         raise TypeError(f"tool {name!r} has an async handler; call ToolRegistry.execute")
 
-    def _prepare(
-        self, name: str, arguments: str, allowed: Collection[str] | None
-    ) -> ToolResult | tuple[_Entry, BaseModel]:
-        available = [n for n in self.names if allowed is None or n in allowed]
+    def _prepare(self, name: str, arguments: str) -> ToolResult | tuple[_Entry, BaseModel]:
         entry = self._entries.get(name)
-        if entry is None or name not in available:
-            listed = ", ".join(available) or "none"
-            if entry is None:
-                return ToolResult.error(f"unknown tool '{_clip(name)}'; available tools: {listed}")
-            return ToolResult.error(
-                f"tool '{name}' is not available to this agent; available tools: {listed}"
-            )
+        if entry is None:
+            return unknown_tool(name, self.names)
         parsed = _parse_arguments(entry.spec, arguments)
         if isinstance(parsed, ToolResult):
             return parsed
@@ -298,6 +293,12 @@ class ToolRegistry(Generic[ContextT]):
             return entry, entry.args_model.model_validate(parsed)
         except ValidationError as exc:
             return ToolResult.error(_describe_validation(entry.spec, exc))
+
+
+def unknown_tool(name: str, available: Iterable[str]) -> ToolResult:
+    """The answer to a call of a tool that does not exist, listing those that do."""
+    listed = ", ".join(available) or "none"
+    return ToolResult.error(f"unknown tool '{clip(name)}'; available tools: {listed}")
 
 
 def _refusal(exc: ToolRefused | OSError) -> ToolResult:
@@ -349,7 +350,7 @@ def _describe_validation(spec: ToolSpec, exc: ValidationError) -> str:
         if err["type"] == "missing":
             problems.append(f"missing required field '{field}' ({_expected(prop)})")
         elif err["type"] == "extra_forbidden":
-            problems.append(f"unknown field '{_clip(field, 40)}'")
+            problems.append(f"unknown field '{clip(field, 40)}'")
         else:
             problems.append(
                 f"field '{field}' must be {_expected(prop)}, got {_got(err['input'])} "
@@ -362,110 +363,3 @@ def _describe_validation(spec: ToolSpec, exc: ValidationError) -> str:
         f"invalid arguments for {spec.name}: {'; '.join(problems)}. "
         f"Expected fields: {fields or 'none'}"
     )
-
-
-# --------------------------------------------------------------------------- workspace tools
-
-
-_PATH_HELP = "Path relative to the workspace root, e.g. 'src/main.py'. No absolute paths."
-
-
-class ReadFileArgs(ToolArgs):
-    path: str = Field(description=_PATH_HELP, max_length=MAX_PATH_CHARS)
-    offset_line: int = Field(default=1, ge=1, description="First line to return (1-based).")
-    max_lines: int | None = Field(
-        default=None, ge=1, description="How many lines to return; omit for the rest."
-    )
-
-
-class WriteFileArgs(ToolArgs):
-    path: str = Field(description=_PATH_HELP, min_length=1, max_length=MAX_PATH_CHARS)
-    content: str = Field(description="The complete new text of the file (UTF-8).")
-
-
-class ListDirArgs(ToolArgs):
-    path: str = Field(
-        default=".",
-        max_length=MAX_PATH_CHARS,
-        description="Directory relative to the workspace root; '.' is the root.",
-    )
-
-
-class SearchFilesArgs(ToolArgs):
-    pattern: str = Field(
-        min_length=1, max_length=1000, description="Text to find (or a regex if regex=true)."
-    )
-    path: str = Field(
-        default=".", max_length=MAX_PATH_CHARS, description="Directory or file to search in."
-    )
-    glob: str = Field(
-        default="*",
-        max_length=200,
-        description="Only files whose relative path or name matches, e.g. '*.py'.",
-    )
-    regex: bool = Field(default=False, description="Treat pattern as a Python regex.")
-    max_results: int = Field(default=200, ge=1, le=1000, description="Most matches returned.")
-
-
-_READ_FILE_DOC = (
-    "Read a UTF-8 text file from the workspace. Files over 1 MiB must be read in parts "
-    "with offset_line and max_lines; output is capped at 256 KiB with a note saying where "
-    "to continue. Binary files are refused."
-)
-_WRITE_FILE_DOC = (
-    "Create or completely replace a text file in the workspace (at most 1 MiB); missing "
-    "parent directories are created. Returns the number of bytes written."
-)
-_LIST_DIR_DOC = (
-    "List a workspace directory: subdirectories first (ending in '/'), then files with "
-    "their sizes in bytes; hidden entries included; at most 500 entries."
-)
-_SEARCH_FILES_DOC = (
-    "Search text files under a workspace path for a literal string (or a regex) and "
-    "return matching lines as 'path:line: text'. Skips .git, binary files and files over "
-    "1 MiB."
-)
-
-
-def register_workspace_tools(
-    registry: ToolRegistry[ContextT], workspace_of: Callable[[ContextT], Workspace]
-) -> None:
-    """Add the four file tools to ``registry``, whose context must lead to a Workspace.
-
-    Registries with a richer context (sub-agent tools) reuse the file tools this way.
-    """
-
-    def read_file(args: ReadFileArgs, ctx: ContextT) -> ToolResult:
-        ws = workspace_of(ctx)
-        return ToolResult(True, ws.read_file(args.path, args.offset_line, args.max_lines))
-
-    def write_file(args: WriteFileArgs, ctx: ContextT) -> ToolResult:
-        return ToolResult(True, workspace_of(ctx).write_file(args.path, args.content))
-
-    def list_dir(args: ListDirArgs, ctx: ContextT) -> ToolResult:
-        return ToolResult(True, workspace_of(ctx).list_dir(args.path))
-
-    def search_files(args: SearchFilesArgs, ctx: ContextT) -> ToolResult:
-        ws = workspace_of(ctx)
-        text = ws.search_files(args.pattern, args.path, args.glob, args.regex, args.max_results)
-        return ToolResult(True, text)
-
-    registry.register("read_file", _READ_FILE_DOC, ReadFileArgs, read_file)
-    registry.register("write_file", _WRITE_FILE_DOC, WriteFileArgs, write_file)
-    registry.register("list_dir", _LIST_DIR_DOC, ListDirArgs, list_dir)
-    registry.register("search_files", _SEARCH_FILES_DOC, SearchFilesArgs, search_files)
-
-
-def _workspace_itself(workspace: Workspace) -> Workspace:
-    return workspace
-
-
-_WORKSPACE_REGISTRY: ToolRegistry[Workspace] = ToolRegistry()
-register_workspace_tools(_WORKSPACE_REGISTRY, _workspace_itself)
-
-WORKSPACE_TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in _WORKSPACE_REGISTRY.specs()}
-
-
-def execute_workspace_tool(name: str, arguments: str, workspace: Workspace) -> ToolResult:
-    """Run one file-tool call from a model against ``workspace``; never raises for input."""
-    return _WORKSPACE_REGISTRY.execute_sync(name, arguments, workspace)

@@ -14,10 +14,10 @@ from temporalio import activity
 
 from durable_plans.activities import observe
 from durable_plans.activities.heartbeat import heartbeating
-from durable_plans.activities.orchestration_tools import ALL_TOOL_SPECS
 from durable_plans.activities.tool_calls import pending_call, store_answer
-from durable_plans.activities.tool_registry import ToolResult, execute_workspace_tool
+from durable_plans.activities.tool_catalog import refuse_call
 from durable_plans.activities.workspace import Workspace
+from durable_plans.activities.workspace_tools import execute_workspace_tool
 from durable_plans.domain.contracts import ACT_RUN_TOOL, ToolCallInput, ToolCallOutput
 from durable_plans.domain.tool_contracts import ToolCallAt
 from durable_plans.session_store import SessionStore
@@ -50,20 +50,10 @@ class ToolActivities:
         # An operator who approved the call may have replaced its arguments.
         arguments = inp.arguments if inp.arguments is not None else call.function.arguments
 
-        allowed = inp.allowed_tools
-        if name not in ALL_TOOL_SPECS:
-            result = ToolResult(
-                False,
-                f"error: unknown tool {name[:80]!r}; available tools: "
-                f"{', '.join(allowed) or 'none'}",
-            )
-        elif name not in allowed:
-            result = ToolResult(
-                False,
-                f"error: tool {name!r} is not available to this agent; "
-                f"available tools: {', '.join(allowed) or 'none'}",
-            )
-        else:
+        # The workflow carries out the other tools itself; what reaches here is a file tool,
+        # or a call the agent may not make (a tool it lacks, or one that does not exist).
+        result = refuse_call(name, inp.allowed_tools)
+        if result is None:
             workspace = Workspace(self._settings.workspace)
             result = await asyncio.to_thread(execute_workspace_tool, name, arguments, workspace)
         answer = await store_answer(self._store, at, call, result)

@@ -12,18 +12,30 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from durable_plans.activities.tool_catalog import (
+    BUILTIN_TOOLS,
+    READ_ONLY_TOOLS,
+    refuse_call,
+    tool_specs,
+)
 from durable_plans.activities.tool_registry import (
-    WORKSPACE_TOOLS,
     ToolArgs,
     ToolRegistry,
     ToolResult,
     ToolSpec,
-    execute_workspace_tool,
     openai_tool_schemas,
-    register_workspace_tools,
 )
 from durable_plans.activities.workspace import ToolRefused, Workspace
-from durable_plans.domain.agents import READ_ONLY_TOOL_NAMES, WORKSPACE_TOOL_NAMES
+from durable_plans.activities.workspace_tools import (
+    WORKSPACE_TOOLS,
+    execute_workspace_tool,
+    register_workspace_tools,
+)
+from durable_plans.domain.agents import (
+    APPROVABLE_TOOL_NAMES,
+    READ_ONLY_TOOL_NAMES,
+    WORKSPACE_TOOL_NAMES,
+)
 
 ALL = "list_dir, read_file, search_files, write_file"
 
@@ -49,6 +61,18 @@ def walk_keys(node: Any) -> Iterator[str]:
 def test_workspace_tools_match_the_agents_tool_names() -> None:
     assert set(WORKSPACE_TOOLS) == set(WORKSPACE_TOOL_NAMES)
     assert all(spec.name == name for name, spec in WORKSPACE_TOOLS.items())
+
+
+def test_the_catalogue_holds_every_tool_an_agent_or_a_conversation_may_name() -> None:
+    # Workflow code validates agents files and plans against the domain's names; the
+    # catalogue must declare exactly those, and agree on which only read.
+    assert set(BUILTIN_TOOLS) == set(APPROVABLE_TOOL_NAMES)
+    assert all(spec.name == name for name, spec in BUILTIN_TOOLS.items())
+    assert set(READ_ONLY_TOOL_NAMES) == READ_ONLY_TOOLS
+    assert [s.name for s in tool_specs(["write_file", "nope", "spawn_subagent"])] == [
+        "write_file",
+        "spawn_subagent",
+    ]
 
 
 def test_schemas_are_compact_closed_objects() -> None:
@@ -278,20 +302,26 @@ def test_execute_sync_rejects_async_handlers(ws: Workspace) -> None:
         richer_registry().execute_sync("echo", '{"text": "x"}', Ctx(ws, []))
 
 
-async def test_allowed_restricts_what_an_agent_may_call(ws: Workspace) -> None:
-    registry = richer_registry()
-    result = await registry.execute(
-        "write_file",
-        '{"path": "x", "content": ""}',
-        Ctx(ws, []),
-        allowed=READ_ONLY_TOOL_NAMES,
-    )
-    assert result == ToolResult(
+def test_the_allow_list_refuses_what_an_agent_may_not_call() -> None:
+    assert refuse_call("write_file", READ_ONLY_TOOL_NAMES) == ToolResult(
         False,
         "error: tool 'write_file' is not available to this agent; "
         "available tools: list_dir, read_file, search_files",
     )
-    assert not (ws.root / "x").exists()
+    # What the agent is offered instead is its own list, in its order, whatever runs it.
+    assert refuse_call("run_command", ("read_file", "spawn_subagent")) == ToolResult(
+        False,
+        "error: tool 'run_command' is not available to this agent; "
+        "available tools: read_file, spawn_subagent",
+    )
+    assert refuse_call("deploy", ("read_file",)) == ToolResult(
+        False, "error: unknown tool 'deploy'; available tools: read_file"
+    )
+    assert refuse_call("deploy", ()) == ToolResult(
+        False, "error: unknown tool 'deploy'; available tools: none"
+    )
+    assert refuse_call("read_file", READ_ONLY_TOOL_NAMES) is None
+    assert refuse_call("spawn_subagent", ("spawn_subagent",)) is None
 
 
 async def test_handler_bugs_propagate(ws: Workspace) -> None:
