@@ -57,7 +57,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_plans.domain.inputs import InvalidInput, plan_input_from_value
     from durable_plans.domain.models import (
-        Budget,
         ErrorInfo,
         Plan,
         PlanReport,
@@ -66,17 +65,7 @@ with workflow.unsafe.imports_passed_through():
         SubtaskStatus,
         Usage,
     )
-    from durable_plans.domain.operations import (
-        CARRIED_STATE_QUERY,
-        RAISE_BUDGET_UPDATE,
-        RESUME_UPDATE,
-        SKIP_UPDATE,
-        BudgetRequest,
-        OperatorError,
-        SubtaskRequest,
-        merged_budget,
-        paused_problem,
-    )
+    from durable_plans.domain.operations import CARRIED_STATE_QUERY
     from durable_plans.domain.plan_loader import validate_plan
     from durable_plans.domain.scheduling import DagIndex, blocked_by_failure, ready_subtasks
     from durable_plans.domain.tool_contracts import (
@@ -88,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
 
 from durable_plans.workflows import policies, versions
 from durable_plans.workflows.notify import deliver_report, should_notify
+from durable_plans.workflows.pauses import PauseDesk, PauseHandlers
 from durable_plans.workflows.raw_input import NO_INPUT, decode_input
 from durable_plans.workflows.store_ops import store_op
 from durable_plans.workflows.subtask import SubtaskWorkflow
@@ -113,11 +103,6 @@ def default_session_id(plan: Plan) -> str:
     return plan_session_id(plan.id, plan.session_id)
 
 
-def refused(message: str) -> ApplicationError:
-    """An operator's update that cannot be carried out (its validator's answer)."""
-    return application_error(FailureType.INVALID_INPUT, message)
-
-
 def failure_of(err: BaseException) -> tuple[SubtaskStatus, ErrorInfo, SubtaskFailureDetails | None]:
     """Turn a child's failure into the report's status, error and what it had spent."""
     cause: BaseException | None = err.cause if isinstance(err, ChildWorkflowError) else err
@@ -133,7 +118,7 @@ def failure_of(err: BaseException) -> tuple[SubtaskStatus, ErrorInfo, SubtaskFai
 
 
 @workflow.defn(name=PLAN_WORKFLOW)
-class PlanWorkflow:
+class PlanWorkflow(PauseHandlers):
     def __init__(self) -> None:
         self._plan: Plan | None = None
         self._dag: DagIndex | None = None  # the plan's graph, built once per run
@@ -153,9 +138,13 @@ class PlanWorkflow:
         # next result. Removed once that result is in.
         self._prior: dict[str, SubtaskResult] = {}
         self._attempt: dict[str, int] = {}  # retries of the attempt each child runs
-        self._budget: Budget | None = None
-        self._paused_since: dict[str, float] = {}
-        self._pause_timers: list[asyncio.Task[None]] = []
+        # Subtasks held for an operator (``on_failure: pause``), the operators' Updates on
+        # them, and the budget those may raise.
+        self.pause_desk = PauseDesk(wake=self._wake)
+
+    def _wake(self) -> None:
+        """Something changed: the scheduler looks again."""
+        self._changed = True
 
     # ------------------------------------------------------------------ queries
 
@@ -226,138 +215,10 @@ class PlanWorkflow:
             started_at_s=self._started_at_s,
             max_completions_per_run=inp.max_completions_per_run,
             prior=tuple(self._prior[s.id] for s in plan.subtasks if s.id in self._prior),
-            budget=self._budget if self._budget != plan.budget else None,
-            paused_since=tuple(
-                (s.id, self._paused_since[s.id])
-                for s in plan.subtasks
-                if s.id in self._paused_since
-            ),
+            budget=self.pause_desk.budget if self.pause_desk.budget != plan.budget else None,
+            paused_since=self.pause_desk.carried(plan),
             mcp_tools=self._mcp_tools,
         )
-
-    # ------------------------------------------------------------------ operators
-
-    def _check_paused(self, request: SubtaskRequest) -> None:
-        """Validators refuse with ``InvalidInput`` naming the problem: the update is
-        rejected before it is written to the history."""
-        if self._plan is None:
-            raise refused("the plan has not started yet; try again in a moment")
-        problem = paused_problem(self._plan, self._results, request.subtask)
-        if problem is not None:
-            raise refused(problem)
-
-    @workflow.update(name=RESUME_UPDATE)
-    def resume_subtask(self, request: SubtaskRequest) -> str:
-        """Run a paused subtask again, on a fresh branch from the base session."""
-        self._resume(request.subtask)
-        workflow.logger.info("subtask %s resumed by %s", request.subtask, request.by or "?")
-        return f"subtask {request.subtask!r} resumed"
-
-    @resume_subtask.validator
-    def _validate_resume(self, request: SubtaskRequest) -> None:
-        self._check_paused(request)
-
-    @workflow.update(name=SKIP_UPDATE)
-    def skip_subtask(self, request: SubtaskRequest) -> str:
-        """Fail a paused subtask for good: its dependents are skipped, the plan will fail."""
-        paused = self._results[request.subtask]
-        assert paused.error is not None
-        who = f" by {request.by}" if request.by else ""
-        self._results[request.subtask] = paused.model_copy(
-            update={
-                "status": SubtaskStatus.FAILED,
-                "error": paused.error.model_copy(
-                    update={"message": f"{paused.error.message} (skipped{who} while paused)"}
-                ),
-            }
-        )
-        self._paused_since.pop(request.subtask, None)
-        self._changed = True
-        workflow.logger.info("subtask %s skipped by %s", request.subtask, request.by or "?")
-        return f"subtask {request.subtask!r} failed for good; its dependents are skipped"
-
-    @skip_subtask.validator
-    def _validate_skip(self, request: SubtaskRequest) -> None:
-        self._check_paused(request)
-
-    @workflow.update(name=RAISE_BUDGET_UPDATE)
-    def raise_budget(self, request: BudgetRequest) -> list[str]:
-        """Set new limits for subtasks started from now on and resume every subtask that
-        paused on the budget; returns the ids resumed."""
-        self._budget = merged_budget(self._budget, request)
-        resumed = [
-            sid
-            for sid, r in self._results.items()
-            if r.status is SubtaskStatus.PAUSED
-            and r.error is not None
-            and r.error.type == FailureType.BUDGET_EXCEEDED
-        ]
-        for sid in resumed:
-            self._resume(sid)
-        self._changed = True
-        workflow.logger.info("budget set to %s by %s", self._budget, request.by or "?")
-        return resumed
-
-    @raise_budget.validator
-    def _validate_budget(self, request: BudgetRequest) -> None:
-        if self._plan is None:
-            raise refused("the plan has not started yet; try again in a moment")
-        try:
-            merged_budget(self._budget, request)
-        except OperatorError as err:
-            raise refused(str(err)) from None
-
-    def _resume(self, sid: str) -> None:
-        """Back to pending with its attempt so far as the prior one: the scheduler starts it
-        again (its dependencies completed before it first ran)."""
-        self._prior[sid] = self._results.pop(sid)
-        self._paused_since.pop(sid, None)
-        self._changed = True
-
-    def _pause(self, plan: Plan, result: SubtaskResult) -> None:
-        """Hold a failed subtask for an operator, with a timer when the plan has one."""
-        self._results[result.id] = result.model_copy(update={"status": SubtaskStatus.PAUSED})
-        since = workflow.now().timestamp()
-        self._paused_since[result.id] = since
-        self._watch_pause(plan, result.id, since)
-
-    def _watch_pause(self, plan: Plan, sid: str, since: float) -> None:
-        if plan.pause_timeout_s is None:
-            return
-        remaining = plan.pause_timeout_s - (workflow.now().timestamp() - since)
-        self._pause_timers.append(
-            asyncio.create_task(self._pause_timeout(sid, since, max(remaining, 0.0)))
-        )
-
-    async def _pause_timeout(self, sid: str, since: float, seconds: float) -> None:
-        """Fail a subtask still paused (the same pause) when its time is up."""
-
-        def decided() -> bool:
-            return self._paused_since.get(sid) != since
-
-        try:
-            await workflow.wait_condition(decided, timeout=seconds)
-            return
-        except TimeoutError:
-            pass
-        paused = self._results.get(sid)
-        if decided() or paused is None or paused.error is None:
-            return
-        plan = self._plan
-        assert plan is not None
-        self._results[sid] = paused.model_copy(
-            update={
-                "status": SubtaskStatus.FAILED,
-                "error": paused.error.model_copy(
-                    update={
-                        "message": f"{paused.error.message} (paused longer than "
-                        f"pause_timeout_s={plan.pause_timeout_s:g})"
-                    }
-                ),
-            }
-        )
-        self._paused_since.pop(sid, None)
-        self._changed = True
 
     # ------------------------------------------------------------------ run
 
@@ -394,15 +255,20 @@ class PlanWorkflow:
         self._merged = list(inp.merged)
         self._branches = dict(inp.branches)
         self._prior = {r.id: r for r in inp.prior}
-        self._budget = inp.budget or plan.budget
-        self._paused_since = dict(inp.paused_since)
+        pauses = self.pause_desk
+        pauses.open(
+            plan,
+            self._results,
+            self._prior,
+            budget=inp.budget or plan.budget,
+            paused_since=inp.paused_since,
+        )
         self._inp = inp
         self._started_at_s = inp.started_at_s or workflow.now().timestamp()
         self._visibility.start(plan, self._report())
-        for sid, since in self._paused_since.items():
-            self._watch_pause(plan, sid, since)
-        if self._paused_since:  # continued while paused: say so in this run too
-            self._visibility.progress(self._report, paused=self._paused_summary())
+        pauses.watch_carried()
+        if pauses.waiting:  # continued while paused: say so in this run too
+            self._visibility.progress(self._report, paused=pauses.summary())
 
         self._mcp_tools = inp.mcp_tools
         if self._mcp_tools is None:
@@ -504,7 +370,7 @@ class PlanWorkflow:
                     await self._merge_ready(plan)
                     return False
                 stuck = [s.id for s in plan.subtasks if s.id not in self._results]
-                if self._paused_since:
+                if self.pause_desk.waiting:
                     pass  # the rest waits for an operator (an update wakes the wait below)
                 else:
                     raise application_error(
@@ -513,7 +379,7 @@ class PlanWorkflow:
                         "blocked: " + ", ".join(stuck[:10]),
                     )
             await workflow.wait_condition(lambda: self._changed)
-            self._visibility.progress(self._report, paused=self._paused_summary())
+            self._visibility.progress(self._report, paused=self.pause_desk.summary())
             limit = inp.max_completions_per_run
             if workflow.info().is_continue_as_new_suggested() or (
                 limit is not None and len(self._results) - results_at_start >= limit
@@ -554,7 +420,7 @@ class PlanWorkflow:
             base_session_id=default_session_id(plan),
             dependency_branches=tuple((d, self._branches[d]) for d in sub.depends_on),
             dependency_descriptions=tuple(plan.subtask(d).description for d in sub.depends_on),
-            budget=self._budget,
+            budget=self.pause_desk.budget,
             agents=inp.agents,
             root_session_id=default_session_id(plan),
             depth=0,
@@ -611,11 +477,7 @@ class PlanWorkflow:
                     session_id=details.branch_session_id if details else None,
                 )
             )
-            if status is SubtaskStatus.FAILED and plan.on_failure_of(sid) == "pause":
-                if error.type == FailureType.BUDGET_EXCEEDED and child_input.budget != self._budget:
-                    self._resume(sid)  # the budget was raised while it ran: go again
-                else:
-                    self._pause(plan, result)
+            self.pause_desk.failed(result, ran_with=child_input.budget)
         finally:
             self._running.pop(sid, None)
             self._changed = True
@@ -626,13 +488,6 @@ class PlanWorkflow:
         self._prior.pop(result.id, None)
         self._results[result.id] = result
         return result
-
-    def _paused_summary(self) -> dict[str, str]:
-        return {
-            sid: f"{r.error.type}: {r.error.message}"
-            for sid, r in self._results.items()
-            if r.status is SubtaskStatus.PAUSED and r.error is not None
-        }
 
     async def _merge_ready(self, plan: Plan) -> None:
         """Merge completed results into the base session in declaration order.
@@ -703,19 +558,7 @@ class PlanWorkflow:
             task.cancel()
         await asyncio.gather(*running.values(), return_exceptions=True)
         await self._record_cancelled_spend(plan, list(running))
-        for sid, paused in list(self._results.items()):
-            if paused.status is SubtaskStatus.PAUSED and paused.error is not None:
-                self._results[sid] = paused.model_copy(
-                    update={
-                        "status": SubtaskStatus.CANCELLED,
-                        "error": ErrorInfo(
-                            type=FailureType.CANCELLED,
-                            message="the plan was cancelled while this subtask was paused "
-                            f"({paused.error.type}: {paused.error.message})",
-                        ),
-                    }
-                )
-        self._paused_since.clear()
+        self.pause_desk.cancel_all()
         for st in plan.subtasks:
             if st.id not in self._results:
                 prior = self._prior.get(st.id)  # resumed, but never started again

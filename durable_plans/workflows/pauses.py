@@ -1,0 +1,277 @@
+"""Subtasks held for an operator, in durable workflow state.
+
+A plan with ``on_failure: "pause"`` does not fail a subtask that failed: ``PauseDesk``
+holds it (status ``paused``, the error kept) while the rest of the plan carries on, until
+an operator decides through one of the ``PauseHandlers`` Updates: ``resume_subtask`` runs
+it again on a fresh branch, ``skip_subtask`` fails it for good, ``raise_budget`` sets new
+limits and resumes what paused on the old ones. A plan with ``pause_timeout_s`` fails a
+subtask nobody decided on in time (a durable timer per pause).
+
+The plan's results are PlanWorkflow's; the desk changes only the rows of the subtasks it
+holds or lets go, and wakes the scheduler whenever it does. Everything lives in the
+workflow's state and history: a pause survives a worker's death, and a continue-as-new
+carries it on (``carried``, then ``open`` in the next run, which restarts its timers).
+
+Validators refuse a decision the plan cannot take (an unknown subtask, one that is not
+paused, a budget that lowers a limit) before anything is written to the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from durable_plans.domain.failures import FailureType, application_error
+    from durable_plans.domain.models import (
+        Budget,
+        ErrorInfo,
+        Plan,
+        SubtaskResult,
+        SubtaskStatus,
+    )
+    from durable_plans.domain.operations import (
+        RAISE_BUDGET_UPDATE,
+        RESUME_UPDATE,
+        SKIP_UPDATE,
+        BudgetRequest,
+        OperatorError,
+        SubtaskRequest,
+        merged_budget,
+        paused_problem,
+    )
+
+__all__ = ["PauseDesk", "PauseHandlers", "refused"]
+
+NOT_STARTED = "the plan has not started yet; try again in a moment"
+
+
+def refused(message: str) -> ApplicationError:
+    """An operator's update that cannot be carried out (its validator's answer)."""
+    return application_error(FailureType.INVALID_INPUT, message)
+
+
+@dataclass
+class PauseDesk:
+    """One plan's paused subtasks, the limits its subtasks start with, and the timers that
+    end pauses nobody decided on; shared by the plan's scheduler and its Updates."""
+
+    # The scheduler's wake-up: called after every change to the plan's results.
+    wake: Callable[[], None]
+    plan: Plan | None = None
+    # The plan's results and its subtasks' earlier attempts (PlanWorkflow's, shared).
+    results: dict[str, SubtaskResult] = field(default_factory=dict)
+    prior: dict[str, SubtaskResult] = field(default_factory=dict)
+    # The limits subtasks start with from now on: the plan's, until an operator raises them.
+    budget: Budget | None = None
+    since: dict[str, float] = field(default_factory=dict)  # paused subtask → when
+    timers: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def open(
+        self,
+        plan: Plan,
+        results: dict[str, SubtaskResult],
+        prior: dict[str, SubtaskResult],
+        *,
+        budget: Budget | None,
+        paused_since: tuple[tuple[str, float], ...],
+    ) -> None:
+        """The run's start: the plan's state, and the pauses a previous run carried over."""
+        self.plan = plan
+        self.results = results
+        self.prior = prior
+        self.budget = budget
+        self.since = dict(paused_since)
+
+    def watch_carried(self) -> None:
+        """Restart the timers of pauses carried over from the previous run."""
+        for sid, since in self.since.items():
+            self._watch(sid, since)
+
+    @property
+    def waiting(self) -> bool:
+        """Whether any subtask waits for an operator."""
+        return bool(self.since)
+
+    def summary(self) -> dict[str, str]:
+        """Paused subtask → why (``Type: message``), as the memo shows it."""
+        return {
+            sid: f"{r.error.type}: {r.error.message}"
+            for sid, r in self.results.items()
+            if r.status is SubtaskStatus.PAUSED and r.error is not None
+        }
+
+    def carried(self, plan: Plan) -> tuple[tuple[str, float], ...]:
+        """The pauses a continuation of this run takes over, in the plan's order."""
+        return tuple((s.id, self.since[s.id]) for s in plan.subtasks if s.id in self.since)
+
+    # ------------------------------------------------------------------ the plan's side
+
+    def failed(self, result: SubtaskResult, *, ran_with: Budget | None) -> None:
+        """A subtask failed (its result recorded): held for an operator when its plan says
+        ``on_failure: pause``, or run again at once when it ran out of a budget that an
+        operator has raised since it started."""
+        plan = self.plan
+        assert plan is not None
+        if result.status is not SubtaskStatus.FAILED or plan.on_failure_of(result.id) != "pause":
+            return
+        error = result.error
+        out_of_budget = error is not None and error.type == FailureType.BUDGET_EXCEEDED
+        if out_of_budget and ran_with != self.budget:
+            self._resume(result.id)
+            return
+        self.results[result.id] = result.model_copy(update={"status": SubtaskStatus.PAUSED})
+        since = workflow.now().timestamp()
+        self.since[result.id] = since
+        self._watch(result.id, since)
+
+    def cancel_all(self) -> None:
+        """The plan was cancelled: every paused subtask ends cancelled, saying why."""
+        for sid, paused in list(self.results.items()):
+            if paused.status is SubtaskStatus.PAUSED and paused.error is not None:
+                self.results[sid] = paused.model_copy(
+                    update={
+                        "status": SubtaskStatus.CANCELLED,
+                        "error": ErrorInfo(
+                            type=FailureType.CANCELLED,
+                            message="the plan was cancelled while this subtask was paused "
+                            f"({paused.error.type}: {paused.error.message})",
+                        ),
+                    }
+                )
+        self.since.clear()
+
+    # ------------------------------------------------------------------ the operator's side
+
+    def check_paused(self, request: SubtaskRequest) -> None:
+        """Refuse (``InvalidInput``, naming the problem) a decision on a subtask that is
+        not paused here."""
+        if self.plan is None:
+            raise refused(NOT_STARTED)
+        problem = paused_problem(self.plan, self.results, request.subtask)
+        if problem is not None:
+            raise refused(problem)
+
+    def check_budget(self, request: BudgetRequest) -> None:
+        """Refuse a budget request that sets no limit or lowers one."""
+        if self.plan is None:
+            raise refused(NOT_STARTED)
+        try:
+            merged_budget(self.budget, request)
+        except OperatorError as err:
+            raise refused(str(err)) from None
+
+    def resume(self, request: SubtaskRequest) -> str:
+        self._resume(request.subtask)
+        workflow.logger.info("subtask %s resumed by %s", request.subtask, request.by or "?")
+        return f"subtask {request.subtask!r} resumed"
+
+    def skip(self, request: SubtaskRequest) -> str:
+        who = f" by {request.by}" if request.by else ""
+        self._fail(request.subtask, f"skipped{who} while paused")
+        workflow.logger.info("subtask %s skipped by %s", request.subtask, request.by or "?")
+        return f"subtask {request.subtask!r} failed for good; its dependents are skipped"
+
+    def raise_budget(self, request: BudgetRequest) -> list[str]:
+        self.budget = merged_budget(self.budget, request)
+        resumed = [
+            sid
+            for sid, r in self.results.items()
+            if r.status is SubtaskStatus.PAUSED
+            and r.error is not None
+            and r.error.type == FailureType.BUDGET_EXCEEDED
+        ]
+        for sid in resumed:
+            self._resume(sid)
+        self.wake()
+        workflow.logger.info("budget set to %s by %s", self.budget, request.by or "?")
+        return resumed
+
+    # ------------------------------------------------------------------ changes
+
+    def _resume(self, sid: str) -> None:
+        """Back to pending with its attempt so far as the prior one: the scheduler starts it
+        again (its dependencies completed before it first ran)."""
+        self.prior[sid] = self.results.pop(sid)
+        self.since.pop(sid, None)
+        self.wake()
+
+    def _fail(self, sid: str, why: str) -> None:
+        """Failed for good, the pause's reason kept and ``why`` added to it."""
+        paused = self.results[sid]
+        assert paused.error is not None
+        self.results[sid] = paused.model_copy(
+            update={
+                "status": SubtaskStatus.FAILED,
+                "error": paused.error.model_copy(
+                    update={"message": f"{paused.error.message} ({why})"}
+                ),
+            }
+        )
+        self.since.pop(sid, None)
+        self.wake()
+
+    def _watch(self, sid: str, since: float) -> None:
+        """A timer for the pause that began at ``since``, when the plan has a timeout."""
+        plan = self.plan
+        assert plan is not None
+        if plan.pause_timeout_s is None:
+            return
+        remaining = plan.pause_timeout_s - (workflow.now().timestamp() - since)
+        self.timers.append(asyncio.create_task(self._time_out(sid, since, max(remaining, 0.0))))
+
+    async def _time_out(self, sid: str, since: float, seconds: float) -> None:
+        """Fail a subtask still paused (the same pause) when its time is up."""
+
+        def decided() -> bool:
+            return self.since.get(sid) != since
+
+        try:
+            await workflow.wait_condition(decided, timeout=seconds)
+            return
+        except TimeoutError:
+            pass
+        paused = self.results.get(sid)
+        if decided() or paused is None or paused.error is None:
+            return
+        plan = self.plan
+        assert plan is not None
+        self._fail(sid, f"paused longer than pause_timeout_s={plan.pause_timeout_s:g}")
+
+
+class PauseHandlers:
+    """The operators' Updates on a plan's paused subtasks, mixed into PlanWorkflow."""
+
+    pause_desk: PauseDesk  # set by the workflow's ``__init__``
+
+    @workflow.update(name=RESUME_UPDATE)
+    def resume_subtask(self, request: SubtaskRequest) -> str:
+        """Run a paused subtask again, on a fresh branch from the base session."""
+        return self.pause_desk.resume(request)
+
+    @resume_subtask.validator
+    def _validate_resume(self, request: SubtaskRequest) -> None:
+        self.pause_desk.check_paused(request)
+
+    @workflow.update(name=SKIP_UPDATE)
+    def skip_subtask(self, request: SubtaskRequest) -> str:
+        """Fail a paused subtask for good: its dependents are skipped, the plan will fail."""
+        return self.pause_desk.skip(request)
+
+    @skip_subtask.validator
+    def _validate_skip(self, request: SubtaskRequest) -> None:
+        self.pause_desk.check_paused(request)
+
+    @workflow.update(name=RAISE_BUDGET_UPDATE)
+    def raise_budget(self, request: BudgetRequest) -> list[str]:
+        """Set new limits for subtasks started from now on and resume every subtask that
+        paused on the budget; returns the ids resumed."""
+        return self.pause_desk.raise_budget(request)
+
+    @raise_budget.validator
+    def _validate_budget(self, request: BudgetRequest) -> None:
+        self.pause_desk.check_budget(request)
