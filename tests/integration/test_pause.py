@@ -210,7 +210,9 @@ async def test_operator_requests_are_validated(
     assert code == 2 and "name a new limit" in capsys.readouterr().err
 
     # Skip: failed for good, its dependent skipped, the plan fails.
-    assert await subtask_command("skip", plan.id, "c", by="ops@test", settings=rig.settings) == 0
+    assert (
+        await subtask_command("skip", plan.id, "c", operator="ops@test", settings=rig.settings) == 0
+    )
     with pytest.raises(WorkflowFailureError):
         await handle.result()
     report = await plan_status(rig.client, plan.id)
@@ -246,6 +248,28 @@ async def test_budget_pause_then_raise_completes(
     assert by_id(final)["a"].retries == 1
     # One answer before the refusal, then the fresh attempt's two.
     assert rig.gate.count("task-a") == {"task-a": 1 + TURNS}
+
+
+async def test_cancelling_a_paused_plan_cancels_the_paused_subtask_saying_why(rig: Rig) -> None:
+    plan = pausing(make_plan(PLAN, prefix="pause-cancel"))
+    handle = await rig.start(plan)
+    await until(handle, paused_on("c", "a", "e"))
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    # The closed plan's own state (the query replays it on the worker).
+    report = await handle.query("status", result_type=PlanReport)
+    rows = by_id(report)
+    assert report.status is PlanStatus.CANCELLED
+    assert rows["c"].status is SubtaskStatus.CANCELLED and rows["c"].error is not None
+    assert rows["c"].error.message.startswith(
+        "the plan was cancelled while this subtask was paused (Authentication: "
+    ), rows["c"].error.message
+    assert rows["d"].status is SubtaskStatus.CANCELLED  # waited on c, never started
+    assert rows["a"].status is rows["e"].status is SubtaskStatus.COMPLETED
+    described = await rig.client.get_workflow_handle(plan.id).describe()
+    assert described.typed_search_attributes.get(sa.STATUS) == "cancelled"
+    assert sa.PAUSED_MEMO not in await described.memo()
 
 
 async def test_pause_timeout_fails_the_subtask(rig: Rig) -> None:
