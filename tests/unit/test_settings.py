@@ -144,8 +144,14 @@ def test_malformed_activity_parameters_are_named(name: str, value: str, expected
     assert str(info.value) == expected
 
 
-def test_every_llm_and_tool_variable_is_documented_in_the_readme() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+_REPO = Path(__file__).resolve().parents[2]
+# The variable table's home: the README links to it.
+_CONFIGURATION = _REPO / "docs" / "configuration.md"
+_VARIABLE = re.compile(r"\b((?:DPLAN|TEMPORAL)_[A-Z][A-Z0-9_]*)\b")
+
+
+def test_every_llm_and_tool_variable_has_its_own_row() -> None:
+    table = _CONFIGURATION.read_text()
     for name in (
         "DPLAN_LLM_TIMEOUT_S",
         "DPLAN_LLM_HEARTBEAT_S",
@@ -153,17 +159,13 @@ def test_every_llm_and_tool_variable_is_documented_in_the_readme() -> None:
         "DPLAN_TOOL_TIMEOUT_S",
         "DPLAN_TOOL_MAX_ATTEMPTS",
     ):
-        assert f"| `{name}` |" in readme, name
+        assert f"| `{name}` |" in table, name
 
 
-_REPO = Path(__file__).resolve().parents[2]
-_VARIABLE = re.compile(r"\b((?:DPLAN|TEMPORAL)_[A-Z][A-Z0-9_]*)\b")
-
-
-def _readme_table_variables() -> set[str]:
-    """Every variable named in a row of README's configuration tables."""
+def _documented_table_variables() -> set[str]:
+    """Every variable named in a row of the configuration document's tables."""
     names: set[str] = set()
-    for line in (_REPO / "README.md").read_text().splitlines():
+    for line in _CONFIGURATION.read_text().splitlines():
         if line.startswith("| `"):
             first_cell = line.split("|")[1]
             names.update(_VARIABLE.findall(first_cell))
@@ -183,7 +185,7 @@ def _variables_read_by_the_package() -> set[str]:
 
 
 def test_no_documented_variable_is_dead_and_none_read_is_undocumented() -> None:
-    documented = _readme_table_variables()
+    documented = _documented_table_variables()
     read = _variables_read_by_the_package()
     # `TEMPORAL_*` read through temporalio.envconfig are documented but spelled there,
     # not here; `TEMPORAL_GRPC_META_<NAME>` is a family.
@@ -201,11 +203,13 @@ def test_no_documented_variable_is_dead_and_none_read_is_undocumented() -> None:
         "TEMPORAL_CONFIG_FILE",
     }
     dead = sorted(documented - read - via_envconfig)
-    assert dead == [], f"documented in README but read nowhere: {dead}"
+    assert dead == [], f"documented in {_CONFIGURATION.name} but read nowhere: {dead}"
     undocumented = sorted(
         name for name in read - documented if not name.startswith(("TEMPORAL_GRPC_META",))
     )
-    assert undocumented == [], f"read by the code but not in README's table: {undocumented}"
+    assert undocumented == [], (
+        f"read by the code but not in {_CONFIGURATION.name}'s table: {undocumented}"
+    )
 
 
 def test_metrics_port_and_otlp_endpoint() -> None:
