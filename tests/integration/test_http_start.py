@@ -1,4 +1,4 @@
-"""A plan started through Temporal's own HTTP API, as README's curl does it.
+"""A plan started through Temporal's own HTTP API, as the curl in docs/service.md does it.
 
 A service without a Temporal SDK POSTs the plan file's JSON to the frontend's
 ``/api/v1/namespaces/{ns}/workflows/{id}``; no HTTP server of ours is involved. The
@@ -70,8 +70,8 @@ async def client(http_server: HttpServer) -> Client:
 
 
 def _post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """What README's curl sends: ``curl -X POST URL -H 'content-type: application/json'
-    -d BODY``."""
+    """What the curl in docs/service.md sends: ``curl -X POST URL -H
+    'content-type: application/json' -d BODY``."""
     request = urllib.request.Request(
         url,
         data=json.dumps(body).encode(),
