@@ -371,7 +371,9 @@ class PlanWorkflow(PauseHandlers):
                     return False
                 stuck = [s.id for s in plan.subtasks if s.id not in self._results]
                 if self.pause_desk.waiting:
-                    pass  # the rest waits for an operator (an update wakes the wait below)
+                    # The rest waits for an operator (an update wakes the wait below),
+                    # maybe for days: the counts the interval held back are said now.
+                    self._visibility.idle(self._report, paused=self.pause_desk.summary())
                 else:
                     raise application_error(
                         FailureType.SCHEDULER_STALLED,

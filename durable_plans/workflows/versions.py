@@ -32,3 +32,7 @@ NOTIFY_WEBHOOK = "notify-webhook-1"
 # A tool call the approval policy names waits for an Update before it runs (first a local
 # activity reads its arguments); only runs with a policy take the path, and only new ones.
 TOOL_APPROVAL = "tool-approval-1"
+
+# A plan about to wait for an operator with nothing running publishes the progress the
+# interval held back (an upsert of its search attributes): nothing else would come to.
+IDLE_PROGRESS = "idle-progress-1"

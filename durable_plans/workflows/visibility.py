@@ -18,6 +18,9 @@ Bounded: one upsert at start, at most one per ``PROGRESS_INTERVAL`` of workflow 
 counts change (coalescing every completion in between), one at the end; so a plan's
 history holds at most ``2 + duration / PROGRESS_INTERVAL + 1`` upserts, however many
 subtasks it has, and a subtask's none (its attributes are set when the plan starts it).
+A held-back change is said when the next one comes; a plan that is about to wait for an
+operator with nothing running says it at once (``idle``), since no change may come for
+days: at most one more upsert per such wait (each ended by an operator or a pause timeout).
 
 Pure and deterministic; passed through the sandbox.
 """
@@ -152,6 +155,22 @@ class PlanVisibility:
             # Built only now: a report is a pass over every subtask, and a plan makes
             # this call after each child finishes, mostly within the interval.
             self._upsert(self._values(report(), status))
+
+    def idle(self, report: Callable[[], PlanReport], *, paused: dict[str, str]) -> None:
+        """The counts ``progress`` held back, said now: the plan is about to wait with
+        nothing running, and no completion will come to carry them, so ``dplan list``
+        would show stale counts for as long as the wait lasts.
+
+        Runs recorded before this existed waited without the upsert, so it is behind
+        ``versions.IDLE_PROGRESS``, asked only when there is something to say.
+        """
+        if not self.enabled:
+            return
+        status = sa.VisibilityStatus.PAUSED if paused else sa.VisibilityStatus.RUNNING
+        values = self._values(report(), status)
+        held_back = any(self._last.get(name) != value for name, value in values.items())
+        if held_back and workflow.patched(versions.IDLE_PROGRESS):
+            self._upsert(values)
 
     def _say_paused(self, paused: dict[str, str]) -> None:
         """The memo's ``paused`` entry; only runs that pause ever write it."""
