@@ -8,6 +8,7 @@ are skipped, with the reason, when that server cannot be reached.
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -49,6 +50,27 @@ async def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
     finally:
         await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await admin.close()
+
+
+@pytest.fixture
+async def pg_dsn() -> AsyncIterator[str]:
+    """The DSN of a reachable PostgreSQL server (skipped, with the reason, without one)."""
+    asyncpg = pytest.importorskip("asyncpg")
+    dsn = os.environ.get(PG_DSN_ENV, DEFAULT_PG_DSN)
+    try:
+        conn = await asyncpg.connect(dsn, timeout=5)
+    except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
+        pytest.skip(f"PostgreSQL not reachable at {describe_store_target(dsn)}: {exc}")
+    await conn.close()
+    yield dsn
+
+
+def closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
 
 
 @pytest.fixture

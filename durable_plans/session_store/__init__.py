@@ -1,19 +1,23 @@
 """Session stores: where conversations live, so workflow payloads carry only ids."""
 
 from durable_plans.session_store.base import (
+    InvalidStoreTarget,
     MessageIdRequired,
     SessionNotFound,
     SessionStore,
     SessionStoreError,
+    SessionStoreUnavailable,
     SnapshotNotFound,
     SnapshotSessionMismatch,
 )
 
 __all__ = [
+    "InvalidStoreTarget",
     "MessageIdRequired",
     "SessionNotFound",
     "SessionStore",
     "SessionStoreError",
+    "SessionStoreUnavailable",
     "SnapshotNotFound",
     "SnapshotSessionMismatch",
 ]

@@ -17,6 +17,21 @@ class SessionStoreError(Exception):
     """Base of the store's own errors."""
 
 
+class SessionStoreUnavailable(SessionStoreError):
+    """The store could not be opened: which one (``target``, never with a password) and
+    why (``reason``), as one line a person can act on."""
+
+    def __init__(self, target: str, reason: str) -> None:
+        super().__init__(f"session store {target}: {reason}")
+        self.target = target
+        self.reason = reason
+
+
+class InvalidStoreTarget(SessionStoreUnavailable, ValueError):
+    """The store's target itself is malformed (an unknown scheme, a bad port, an empty
+    path): a configuration mistake, found before anything is contacted."""
+
+
 class SessionNotFound(SessionStoreError, KeyError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session not found: {session_id}")

@@ -5,6 +5,11 @@
 the DSN before asyncpg sees it) or a SQLite location (``sqlite:///abs/path.db``,
 ``sqlite://relative/path.db`` or a plain path). The default is ``.dplan/sessions.db``
 under the current directory: zero set-up for one worker on one host.
+
+A store that cannot be opened (no such database, a refused connection, a directory where
+the file should be) is reported as :class:`SessionStoreUnavailable`: one line naming the
+store (its URL without the password, or its path) and the reason, not a driver's
+exception that says neither.
 """
 
 from __future__ import annotations
@@ -12,9 +17,13 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from durable_plans.session_store.base import SessionStore
+from durable_plans.session_store.base import (
+    InvalidStoreTarget,
+    SessionStore,
+    SessionStoreUnavailable,
+)
 
 ENV_VAR = "DPLAN_SESSION_STORE"
 DEFAULT_TARGET = ".dplan/sessions.db"
@@ -53,25 +62,105 @@ def sqlite_path(target: str) -> Path:
 
 
 async def open_session_store(target: str | None = None) -> SessionStore:
-    """Open (and create, if needed) the store ``target`` names; see the module doc."""
+    """Open (and create, if needed) the store ``target`` names; see the module doc.
+
+    Raises :class:`InvalidStoreTarget` for a malformed target and
+    :class:`SessionStoreUnavailable` for a store that refuses to open.
+    """
     resolved = resolve_target(target)
     scheme = _scheme(resolved)
     if scheme in _POSTGRES_SCHEMES:
-        # Imported here: asyncpg is an optional dependency the SQLite default never needs.
-        from durable_plans.session_store.postgres import PostgresSessionStore
-
-        dsn, schema = split_postgres_target(resolved)
-        if schema is None:
-            return await PostgresSessionStore.open(dsn)
-        return await PostgresSessionStore.open(dsn, schema=schema)
+        return await _open_postgres(resolved)
     if scheme is None or scheme == "sqlite":
-        from durable_plans.session_store.sqlite import SqliteSessionStore
-
-        return await SqliteSessionStore.open(sqlite_path(resolved))
-    raise ValueError(
-        f"unsupported session store scheme {scheme!r} in {describe_store_target(resolved)!r}: "
-        "use postgresql://..., sqlite:///path or a file path"
+        return await _open_sqlite(resolved)
+    raise InvalidStoreTarget(
+        describe_store_target(resolved),
+        f"unsupported scheme {scheme!r} (use postgresql://..., sqlite:///path or a file path)",
     )
+
+
+async def _open_postgres(target: str) -> SessionStore:
+    # Imported here: asyncpg is an optional dependency the SQLite default never needs.
+    from durable_plans.session_store import postgres
+
+    shown = describe_store_target(target)
+    dsn, schema = split_postgres_target(target)
+    problem = _address_problem(dsn)
+    try:
+        if schema is not None:
+            postgres.quote_identifier(schema)
+    except ValueError as err:
+        problem = str(err)
+    if problem is not None:
+        raise InvalidStoreTarget(shown, problem)
+    try:
+        if schema is None:
+            return await postgres.PostgresSessionStore.open(dsn)
+        return await postgres.PostgresSessionStore.open(dsn, schema=schema)
+    except Exception as err:
+        reason = postgres.unavailable_reason(err)
+        if reason is None:
+            if not isinstance(err, ValueError):
+                raise
+            # asyncpg's reading of the URL itself (it accepts more than urlsplit does).
+            raise InvalidStoreTarget(shown, f"malformed URL: {_hidden(err, target)}") from err
+        failed = InvalidStoreTarget if isinstance(err, ValueError) else SessionStoreUnavailable
+        raise failed(shown, _without_password(reason, target)) from err
+
+
+async def _open_sqlite(target: str) -> SessionStore:
+    from durable_plans.session_store import sqlite
+
+    try:
+        path = sqlite_path(target)
+    except ValueError:
+        raise InvalidStoreTarget(target, "no file path after sqlite://") from None
+    shown = describe_store_target(target)
+    try:
+        return await sqlite.SqliteSessionStore.open(path)
+    except SessionStoreUnavailable as err:
+        raise SessionStoreUnavailable(shown, err.reason) from err
+    except Exception as err:
+        reason = sqlite.unavailable_reason(path, err)
+        if reason is None:
+            raise
+        raise SessionStoreUnavailable(shown, reason) from err
+
+
+def _address_problem(dsn: str) -> str | None:
+    """What is wrong with the hosts and ports of a PostgreSQL URL, if anything: asyncpg
+    would say only "invalid literal for int()"."""
+    hosts = urlsplit(dsn).netloc.rpartition("@")[2]
+    for host in hosts.split(","):
+        # An IPv6 address is bracketed ([::1]:5432); a host name has no colon of its own.
+        after_host = host.rpartition("]")[2] if host.startswith("[") else host
+        port = after_host.partition(":")[2]
+        if port and not port.isdigit():
+            return f"invalid port {port!r} (a number, as in host:5432)"
+    return None
+
+
+def _without_password(text: str, target: str) -> str:
+    """``text`` with the target's passwords (in the user info or the query, as written
+    and decoded) replaced by ``***``."""
+    parts = urlsplit(target)
+    secrets = [
+        value
+        for key, value in parse_qsl(parts.query, keep_blank_values=True)
+        if key.lower() in _SECRET_QUERY_KEYS
+    ]
+    userinfo = parts.netloc.rpartition("@")[0]
+    if ":" in userinfo:
+        secrets.append(userinfo.partition(":")[2])
+    for secret in secrets:
+        for form in (secret, unquote(secret)):
+            if form:
+                text = text.replace(form, "***")
+    return text
+
+
+def _hidden(err: Exception, target: str) -> str:
+    return _without_password(" ".join(str(err).split()), target)
 
 
 def describe_store_target(target: str | None = None) -> str:

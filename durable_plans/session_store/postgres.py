@@ -20,6 +20,7 @@ Usage ledger (schema version 2): see ``_SCHEMA_V2`` and ``_CHARGE``.
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -163,6 +164,23 @@ _APPEND_ONE = """
     INSERT INTO messages (session_id, seq, id, is_result, body)
     SELECT $1, COALESCE(MAX(seq), -1) + 1, $2, true, $3 FROM messages WHERE session_id = $1
 """
+
+
+def unavailable_reason(exc: BaseException) -> str | None:
+    """Why opening the store failed, in words (None: not a failure to reach or use the
+    server, but a bug to let through). The server's own messages ('database "x" does not
+    exist', 'password authentication failed for user "x"') are already the reason."""
+    if isinstance(exc, SessionStoreError | asyncpg.PostgresError | asyncpg.InterfaceError):
+        return " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (is PostgreSQL running and listening on that port?)"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host name ({exc.strerror})"
+    if isinstance(exc, TimeoutError):
+        return "no answer from the server (timed out connecting)"
+    if isinstance(exc, OSError):
+        return exc.strerror or " ".join(str(exc).split()) or type(exc).__name__
+    return None
 
 
 def quote_identifier(name: str) -> str:

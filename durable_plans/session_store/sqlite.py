@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -41,6 +42,7 @@ from durable_plans.session_store import _codec
 from durable_plans.session_store.base import (
     SessionNotFound,
     SessionStoreError,
+    SessionStoreUnavailable,
     SnapshotNotFound,
     SnapshotSessionMismatch,
 )
@@ -230,9 +232,10 @@ class SqliteSessionStore:
         # a fresh one, or (on error) untouched.
         version = int(_one(conn, "PRAGMA user_version", ())[0])
         if version > SCHEMA_VERSION:
-            raise SessionStoreError(
-                f"{self._path} has schema version {version}; this code knows up to "
-                f"{SCHEMA_VERSION} (upgrade durable-plans)"
+            raise SessionStoreUnavailable(
+                str(self._path),
+                f"has schema version {version}; this code knows up to {SCHEMA_VERSION} "
+                "(upgrade durable-plans)",
             )
         for step in range(version + 1, SCHEMA_VERSION + 1):
             for statement in _MIGRATIONS[step]:
@@ -500,6 +503,26 @@ _HAS_SNAPSHOT = "SELECT 1 FROM snapshots WHERE snapshot_id = ?"
 _CHECKPOINT_EVERY = 256
 _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
+
+
+def unavailable_reason(path: Path, exc: BaseException) -> str | None:
+    """Why the file at ``path`` could not be opened as a store, in words (None: a bug to
+    let through). SQLite's own "unable to open database file" does not say why."""
+    if path.is_dir():
+        return "is a directory, not a database file"
+    if isinstance(exc, FileExistsError | NotADirectoryError):  # creating its directory
+        return f"cannot create the directory {exc.filename}: a file of that name is in the way"
+    if isinstance(exc, OSError):
+        what = f"the directory {exc.filename}" if exc.filename else "its directory"
+        return f"cannot create {what}: {(exc.strerror or type(exc).__name__).lower()}"
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    if getattr(exc, "sqlite_errorname", "") == "SQLITE_CANTOPEN":
+        if not path.exists() and not os.access(path.parent, os.W_OK | os.X_OK):
+            return f"cannot create the file: no permission to write in {path.parent}"
+        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+            return "no permission to read and write the file"
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 async def _connect(path: Path, *, timeout_s: float) -> sqlite3.Connection:
