@@ -1,10 +1,150 @@
 """durable-plans: a Temporal durable-workflow orchestrator for multi-agent LLM plans.
 
-Every installed module lives under this one package, so the generic names of the
-repository's folders (``workflows``, ``domain``, ``worker`` …) never collide with another
-distribution's top-level packages or with files in the working directory.
+What is named in ``__all__`` is the public surface; every other module is private and may
+change. Names load on first use: the workflow sandbox imports this package for every new
+workflow run, and it must not drag the client, the worker and litellm in with it.
+
+    from durable_plans import Client
+
+    client = await Client.connect()
+    plan_id = await client.start("plan.json")
+    async for event in client.watch(plan_id):
+        ...
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from durable_plans.client import (
+        ApprovalWaiting,
+        Client,
+        DurablePlansError,
+        InvalidArgument,
+        InvalidPlan,
+        PendingCall,
+        PlanAlreadyRunning,
+        PlanEnded,
+        PlanEvent,
+        PlanNotFound,
+        PlanSummary,
+        Refused,
+        StatusUnavailable,
+        SubtaskChanged,
+        TemporalUnreachable,
+        TextStreamed,
+        load_plan,
+    )
+    from durable_plans.domain.approvals import ApprovalDecision
+    from durable_plans.domain.models import (
+        Budget,
+        Plan,
+        PlanReport,
+        PlanStatus,
+        Subtask,
+        SubtaskResult,
+        SubtaskStatus,
+        Usage,
+    )
+    from durable_plans.plugin import DurablePlansPlugin
+    from durable_plans.session_store import SessionStore
+    from durable_plans.session_store.factory import open_session_store
+    from durable_plans.settings import Settings, SettingsError
+    from durable_plans.worker import build_worker, run_worker
+
+__all__ = [
+    "ApprovalDecision",
+    "ApprovalWaiting",
+    "Budget",
+    "Client",
+    "DurablePlansError",
+    "DurablePlansPlugin",
+    "InvalidArgument",
+    "InvalidPlan",
+    "PendingCall",
+    "Plan",
+    "PlanAlreadyRunning",
+    "PlanEnded",
+    "PlanEvent",
+    "PlanNotFound",
+    "PlanReport",
+    "PlanStatus",
+    "PlanSummary",
+    "Refused",
+    "SessionStore",
+    "Settings",
+    "SettingsError",
+    "StatusUnavailable",
+    "Subtask",
+    "SubtaskChanged",
+    "SubtaskResult",
+    "SubtaskStatus",
+    "TemporalUnreachable",
+    "TextStreamed",
+    "Usage",
+    "build_worker",
+    "load_plan",
+    "open_session_store",
+    "run_worker",
+]
+
+# Where each public name lives, for ``__getattr__``; a unit test keeps it equal to
+# ``__all__`` and to the imports above.
+_HOMES: dict[str, str] = {
+    name: module
+    for module, names in {
+        "durable_plans.client": (
+            "ApprovalWaiting",
+            "Client",
+            "DurablePlansError",
+            "InvalidArgument",
+            "InvalidPlan",
+            "PendingCall",
+            "PlanAlreadyRunning",
+            "PlanEnded",
+            "PlanEvent",
+            "PlanNotFound",
+            "PlanSummary",
+            "Refused",
+            "StatusUnavailable",
+            "SubtaskChanged",
+            "TemporalUnreachable",
+            "TextStreamed",
+            "load_plan",
+        ),
+        "durable_plans.domain.approvals": ("ApprovalDecision",),
+        "durable_plans.domain.models": (
+            "Budget",
+            "Plan",
+            "PlanReport",
+            "PlanStatus",
+            "Subtask",
+            "SubtaskResult",
+            "SubtaskStatus",
+            "Usage",
+        ),
+        "durable_plans.plugin": ("DurablePlansPlugin",),
+        "durable_plans.session_store": ("SessionStore",),
+        "durable_plans.session_store.factory": ("open_session_store",),
+        "durable_plans.settings": ("Settings", "SettingsError"),
+        "durable_plans.worker": ("build_worker", "run_worker"),
+    }.items()
+    for name in names
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'durable_plans' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # loaded once: later lookups never come back here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

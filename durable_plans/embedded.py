@@ -32,6 +32,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from durable_plans._errors import DurablePlansError
 from durable_plans.activities.log import get_logger
 from durable_plans.client._plans import ui_base_for
 from durable_plans.connection import TemporalAccess
@@ -62,11 +63,11 @@ _STOP_TIMEOUT_S = 10.0
 _LOG_TAIL_LINES = 15
 
 
-class EmbeddedServerError(RuntimeError):
+class EmbeddedServerError(DurablePlansError, RuntimeError):
     """The dev server could not be started; the message says why and where its log is."""
 
 
-class WorkerDied(RuntimeError):
+class WorkerDied(DurablePlansError, RuntimeError):
     """The in-process worker stopped while the caller still needed it."""
 
 

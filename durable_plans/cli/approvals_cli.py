@@ -8,11 +8,10 @@ the Temporal client, which ``dplan validate`` never loads).
 from __future__ import annotations
 
 import argparse
-import asyncio
+from collections.abc import Coroutine
+from typing import Any
 
-EXIT_INTERRUPTED = 130
-
-_WHO_HELP = "who decides, recorded with the decision and as the client identity (default user@host)"
+from durable_plans.cli._common import add_operator_option
 
 
 def add_approval_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,7 +46,7 @@ def add_approval_parsers(subparsers: argparse._SubParsersAction[argparse.Argumen
         default=None,
         help="a JSON object replacing the call's arguments (workspace tools only)",
     )
-    approve.add_argument("--who", default=None, help=_WHO_HELP)
+    add_operator_option(approve)
     approve.add_argument("--json", action="store_true", help="print the decision as JSON")
     approve.set_defaults(handler=cmd_approve)
 
@@ -62,42 +61,34 @@ def add_approval_parsers(subparsers: argparse._SubParsersAction[argparse.Argumen
     reject.add_argument("plan_id", metavar="PLAN", help="the plan id")
     reject.add_argument("call", metavar="CALL", help="the call id `dplan approvals` shows")
     reject.add_argument("--reason", required=True, help="why; the model reads it")
-    reject.add_argument("--who", default=None, help=_WHO_HELP)
+    add_operator_option(reject)
     reject.add_argument("--json", action="store_true", help="print the decision as JSON")
     reject.set_defaults(handler=cmd_reject)
 
 
-def cmd_approvals(args: argparse.Namespace) -> int:
+def cmd_approvals(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     from durable_plans.cli.approvals_command import approvals_command
 
-    try:
-        return asyncio.run(approvals_command(args.plan_id, json_output=args.json))
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    return approvals_command(args.plan_id, json_output=args.json)
 
 
-def _decide(args: argparse.Namespace, *, approve: bool) -> int:
+def _decide(args: argparse.Namespace, *, approve: bool) -> Coroutine[Any, Any, int]:
     from durable_plans.cli.approvals_command import decide_command
 
-    try:
-        return asyncio.run(
-            decide_command(
-                args.plan_id,
-                args.call,
-                approve=approve,
-                who=args.who,
-                reason=getattr(args, "reason", ""),
-                arguments=getattr(args, "arguments", None),
-                json_output=args.json,
-            )
-        )
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    return decide_command(
+        args.plan_id,
+        args.call,
+        approve=approve,
+        operator=args.operator,
+        reason=getattr(args, "reason", ""),
+        arguments=getattr(args, "arguments", None),
+        json_output=args.json,
+    )
 
 
-def cmd_approve(args: argparse.Namespace) -> int:
+def cmd_approve(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     return _decide(args, approve=True)
 
 
-def cmd_reject(args: argparse.Namespace) -> int:
+def cmd_reject(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     return _decide(args, approve=False)

@@ -35,6 +35,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError
 
 from durable_plans.activities.log import ensure_logging
+from durable_plans.cli._common import Exit, Usage, read_settings, reported
 from durable_plans.cli.chat_approvals import InlineApprovals, answer_asking_approvals
 from durable_plans.cli.chat_commands import (
     HELP_TEXT,
@@ -62,22 +63,8 @@ from durable_plans.cli.chat_render import (
     plan_line,
     switch_lines,
 )
-
-# One wording for the notes every client command prints (same package, shared on purpose).
-from durable_plans.cli.run_command import (
-    Connection,
-    open_connection,
-    resolve_catalog,
-    resolve_settings,
-    unreachable_message,
-)
-from durable_plans.cli.stdin_lines import StdinLines
-from durable_plans.client._plans import (
-    PlanClientError,
-    TemporalUnreachable,
-    query_status,
-)
-from durable_plans.client._sessions import (
+from durable_plans.cli.run_command import Connection, open_connection
+from durable_plans.cli.session_client import (
     SessionCommandError,
     attach_session,
     check_session_id,
@@ -86,6 +73,10 @@ from durable_plans.client._sessions import (
     session_query,
     session_update,
 )
+from durable_plans.cli.stdin_lines import StdinLines
+from durable_plans.client import DurablePlansError
+from durable_plans.client._client import agents_of
+from durable_plans.client._plans import query_status
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.models import Message, PlanStatus
 from durable_plans.domain.session_contracts import (
@@ -105,26 +96,12 @@ from durable_plans.domain.session_contracts import (
     SessionState,
     SwitchAgentInput,
 )
-from durable_plans.embedded import (
-    EmbeddedServerError,
-    WorkerDied,
-)
 from durable_plans.settings import Settings
 
-__all__ = [
-    "EXIT_FAILED",
-    "EXIT_INTERRUPTED",
-    "EXIT_INVALID",
-    "EXIT_OK",
-    "chat",
-]
+__all__ = ["chat"]
 
 T = TypeVar("T")
 
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_INVALID: Final = 2
-EXIT_INTERRUPTED: Final = 130
 
 _PLAN_QUERY_TIMEOUT_S: Final = 5.0
 # A plain-output user gets no spinner; after this long a note says what is being waited
@@ -168,10 +145,10 @@ class _Chat:
                 _uncancel()
                 self.screen.line("")
                 self._leave()
-                return EXIT_OK
+                return Exit.OK
             if line is None:  # end of input
                 self._leave()
-                return EXIT_OK
+                return Exit.OK
             try:
                 go_on = await self.dispatch(parse_command(line))
             except asyncio.CancelledError:
@@ -181,9 +158,9 @@ class _Chat:
                     "an answer being prepared is still recorded (see /history)."
                 )
                 self._leave()
-                return EXIT_INTERRUPTED
+                return Exit.INTERRUPTED
             if not go_on:
-                return EXIT_OK
+                return Exit.OK
 
     async def dispatch(self, command: Command) -> bool:
         """Carry out ``command``; False when the chat should stop."""
@@ -262,8 +239,10 @@ class _Chat:
             )
         )
         # Tool calls of the turn that wait for approval are asked here, inline.
-        approvals = InlineApprovals(self.conn.client, self.handle.id, self.screen, self.input)
-        async with LiveAnswer(self.conn.client, self.handle.id, self.screen) as live:
+        approvals = InlineApprovals(
+            self.conn.plans.temporal, self.handle.id, self.screen, self.input
+        )
+        async with LiveAnswer(self.conn.plans.temporal, self.handle.id, self.screen) as live:
 
             def waiting(awaitable: Awaitable[T], what: str) -> Awaitable[T]:
                 return self._waiting(awaitable, what, live.first_output)
@@ -349,10 +328,10 @@ class _Chat:
         (the session's own record is shown either way)."""
         if plan.status not in (PlanStatus.RUNNING, PlanStatus.PAUSED):
             return None
-        handle = self.conn.client.get_workflow_handle(plan.plan_id)
+        handle = self.conn.plans.temporal.get_workflow_handle(plan.plan_id)
         try:
             report = await asyncio.wait_for(query_status(handle), _PLAN_QUERY_TIMEOUT_S)
-        except (PlanClientError, RPCError, TimeoutError):
+        except (DurablePlansError, RPCError, TimeoutError):
             return None
         c = report.counts
         finished = c.completed + c.failed + c.skipped + c.cancelled
@@ -466,18 +445,17 @@ async def chat(
 ) -> int:
     """Run an interactive conversation until /quit, /end, end of input or Ctrl-C."""
     ensure_logging(json=False, level="WARNING")
-    resolved = resolve_settings(settings)
-    catalog = resolve_catalog(resolved) if resolved is not None else None
-    if resolved is None or catalog is None:
-        return EXIT_INVALID
-    if session_id is not None and (problem := check_session_id(session_id)):
-        _err(f"error: {problem}")
-        return EXIT_INVALID
-    if agent is not None and agent not in catalog.names():
-        _err(f"error: unknown agent {agent!r}; known agents: {', '.join(catalog.names())}")
-        return EXIT_INVALID
-    screen = Screen(console)
-    try:
+
+    async def body() -> int:
+        resolved = read_settings(settings)
+        catalog = agents_of(resolved)
+        if session_id is not None and (problem := check_session_id(session_id)):
+            raise Usage(f"error: {problem}")
+        if agent is not None and agent not in catalog.names():
+            raise Usage(
+                f"error: unknown agent {agent!r}; known agents: {', '.join(catalog.names())}"
+            )
+        screen = Screen(console)
         async with contextlib.AsyncExitStack() as stack:
             conn = await open_connection(
                 stack,
@@ -486,13 +464,8 @@ async def chat(
                 waiting="answers wait (or use --embedded)",
             )
             return await _converse(conn, catalog, session_id, agent, screen, StdinLines(fd))
-    except TemporalUnreachable as err:
-        _err(unreachable_message(err, suggest_embedded=not embedded))
-    except (PlanClientError, EmbeddedServerError, WorkerDied) as err:
-        _err(f"error: {err}")
-    except RPCError as err:  # the server refused a call (namespace, permissions, overload)
-        _err(f"error: the Temporal server refused a request: {err.status.name}: {err.message}")
-    return EXIT_FAILED
+
+    return await reported(body(), suggest_embedded=not embedded)
 
 
 async def _converse(

@@ -16,12 +16,9 @@ from typing import Protocol, TypeVar
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from durable_plans.cli.approvals_command import (
-    ApprovalRefused,
-    decide_in,
-    default_operator,
-    pending_in_tree,
-)
+from durable_plans._errors import Refused
+from durable_plans.client._approvals import decide_in, pending_in_tree
+from durable_plans.client._operator import default_operator
 from durable_plans.domain.approvals import (
     PendingApproval,
     WorkflowApprovals,
@@ -113,7 +110,7 @@ class InlineApprovals:
                     reason=reason,
                     arguments=arguments,
                 )
-            except ApprovalRefused as err:  # e.g. decided elsewhere first, or timed out
+            except Refused as err:  # e.g. decided elsewhere first, or timed out
                 self.screen.error(str(err))
                 return
             verb = "approved" if decision.approved else "rejected"

@@ -16,17 +16,10 @@ from rich.table import Table
 from rich.text import Text
 
 from durable_plans.activities.log import ensure_logging
-from durable_plans.cli.run_command import (
-    EXIT_FAILED,
-    EXIT_INVALID,
-    EXIT_OK,
-    resolve_settings,
-    unreachable_message,
-)
-from durable_plans.client._plans import TemporalUnreachable, connect
+from durable_plans.cli._common import Exit, read_settings, reported
+from durable_plans.client import Client
 from durable_plans.client._visibility import (
-    ListQueryError,
-    PlanRow,
+    PlanSummary,
     SearchAttributesUnavailable,
     list_plans,
     setup_search_attributes,
@@ -36,40 +29,33 @@ from durable_plans.settings import Settings
 __all__ = ["list_command", "render_duration", "setup_command"]
 
 
-def _err(message: str) -> None:
-    Console(stderr=True, highlight=False, soft_wrap=True).print(message, markup=False)
-
-
 async def setup_command(*, settings: Settings | None = None) -> int:
     """Register what is missing; say what was added, or that nothing was. 0 ok, 1 not."""
     ensure_logging(json=False, level="WARNING")
-    resolved = resolve_settings(settings)
-    if resolved is None:
-        return EXIT_INVALID
-    try:
-        client = await connect(resolved)
-        added, present = await setup_search_attributes(client)
-    except TemporalUnreachable as err:
-        _err(unreachable_message(err, suggest_embedded=False))
-        return EXIT_FAILED
-    except SearchAttributesUnavailable as err:
-        _err(
-            f"error: cannot register search attributes in namespace "
-            f"'{resolved.temporal_namespace}': {err}\n"
-            "  (Temporal Cloud: add them with `tcld namespace search-attributes add`)"
-        )
-        return EXIT_FAILED
-    namespace = resolved.temporal_namespace
-    if added:
-        print(
-            f"added {len(added)} search attributes to namespace '{namespace}': {', '.join(added)}"
-        )
-    else:
-        print(
-            f"nothing to add: namespace '{namespace}' has all {len(present)} search "
-            f"attributes ({', '.join(present)})"
-        )
-    return EXIT_OK
+
+    async def body() -> int:
+        client = await Client.connect(read_settings(settings))
+        namespace = client.settings.temporal_namespace
+        try:
+            added, present = await setup_search_attributes(client.temporal)
+        except SearchAttributesUnavailable as error:
+            raise SearchAttributesUnavailable(
+                f"cannot register search attributes in namespace '{namespace}': {error}\n"
+                "  (Temporal Cloud: add them with `tcld namespace search-attributes add`)"
+            ) from None
+        if added:
+            print(
+                f"added {len(added)} search attributes to namespace '{namespace}': "
+                f"{', '.join(added)}"
+            )
+        else:
+            print(
+                f"nothing to add: namespace '{namespace}' has all {len(present)} search "
+                f"attributes ({', '.join(present)})"
+            )
+        return Exit.OK
+
+    return await reported(body())
 
 
 async def list_command(
@@ -82,23 +68,19 @@ async def list_command(
 ) -> int:
     """Print plans newest first; 0 listed (even none), 1 unreachable, 2 bad query/status."""
     ensure_logging(json=False, level="WARNING")
-    resolved = resolve_settings(settings)
-    if resolved is None:
-        return EXIT_INVALID
-    try:
-        client = await connect(resolved)
-        rows, with_attributes = await list_plans(client, status=status, query=query, limit=limit)
-    except TemporalUnreachable as err:
-        _err(unreachable_message(err, suggest_embedded=False))
-        return EXIT_FAILED
-    except ListQueryError as err:
-        _err(f"error: {err}")
-        return EXIT_INVALID
-    if json_output:
-        print(json.dumps([row.to_json() for row in rows], indent=2))
-        return EXIT_OK
-    _print_table(rows, with_attributes=with_attributes)
-    return EXIT_OK
+
+    async def body() -> int:
+        client = await Client.connect(read_settings(settings))
+        rows, with_attributes = await list_plans(
+            client.temporal, status=status, query=query, limit=limit
+        )
+        if json_output:
+            print(json.dumps([row.to_json() for row in rows], indent=2))
+        else:
+            _print_table(rows, with_attributes=with_attributes)
+        return Exit.OK
+
+    return await reported(body())
 
 
 def render_duration(seconds: float | None) -> str:
@@ -114,7 +96,7 @@ def render_duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
-def _print_table(rows: list[PlanRow], *, with_attributes: bool) -> None:
+def _print_table(rows: list[PlanSummary], *, with_attributes: bool) -> None:
     console = Console(highlight=False, soft_wrap=True)
     if not rows:
         console.print("no plans found", markup=False)

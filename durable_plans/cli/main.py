@@ -13,9 +13,10 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from durable_plans.cli._common import Exit, add_operator_option, err, run
 from durable_plans.cli.approvals_cli import add_approval_parsers
 from durable_plans.domain.agents import BUILTIN_CATALOG
 from durable_plans.domain.agents_loader import AgentsFileError, load_agents_file
@@ -23,10 +24,9 @@ from durable_plans.domain.models import Plan
 from durable_plans.domain.plan_loader import PlanValidationError, plan_from_data, read_plan_file
 from durable_plans.domain.scheduling import critical_path_length
 
-EXIT_OK = 0
-EXIT_INVALID = 2
-
-Handler = Callable[[argparse.Namespace], int]
+# A command's handler returns its exit code, or the coroutine that computes it (run here,
+# so Ctrl-C and the event loop are handled in one place for every command).
+Handler = Callable[[argparse.Namespace], "int | Coroutine[Any, Any, int]"]
 
 
 # --------------------------------------------------------------------------- validate
@@ -93,7 +93,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         name = f"plan {plan_id!r}" if plan_id else "plan (id generated at run time)"
         length = critical_path_length(plan)
         print(f"ok: {path}: {name}, {count} subtasks, critical path {length:g}")
-    return EXIT_OK if plan is not None else EXIT_INVALID
+    return Exit.OK if plan is not None else Exit.INVALID
 
 
 def _known_agents() -> frozenset[str]:
@@ -108,8 +108,6 @@ def _known_agents() -> frozenset[str]:
 # --------------------------------------------------------------------------- run, status
 # The client side (Temporal, rich, litellm via the in-process worker) is imported on use:
 # `dplan validate` stays instant and works without a server.
-
-EXIT_INTERRUPTED = 130
 
 
 def _add_run_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -136,17 +134,10 @@ def _add_run_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     parser.set_defaults(handler=cmd_run)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    import asyncio
-
+def cmd_run(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     from durable_plans.cli.run_command import run_plan
 
-    try:
-        return asyncio.run(
-            run_plan(args.plan, embedded=args.embedded, json_output=args.json, no_wait=args.no_wait)
-        )
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    return run_plan(args.plan, embedded=args.embedded, json_output=args.json, no_wait=args.no_wait)
 
 
 def _add_status_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -166,15 +157,10 @@ def _add_status_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     parser.set_defaults(handler=cmd_status)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    import asyncio
-
+def cmd_status(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     from durable_plans.cli.run_command import status_command
 
-    try:
-        return asyncio.run(status_command(args.plan_id, json_output=args.json, follow=args.follow))
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    return status_command(args.plan_id, json_output=args.json, follow=args.follow)
 
 
 # --------------------------------------------------------------------------- chat, plan
@@ -209,15 +195,10 @@ def _add_chat_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.set_defaults(handler=cmd_chat)
 
 
-def cmd_chat(args: argparse.Namespace) -> int:
-    import asyncio
-
+def cmd_chat(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     from durable_plans.cli.chat import chat
 
-    try:
-        return asyncio.run(chat(args.session, embedded=args.embedded, agent=args.agent))
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    return chat(args.session, embedded=args.embedded, agent=args.agent)
 
 
 def _add_plan_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -243,19 +224,12 @@ def _add_plan_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.set_defaults(handler=cmd_plan)
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
-    import asyncio
-
+def cmd_plan(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     from durable_plans.cli.plan_command import plan_goal_command
 
-    try:
-        return asyncio.run(
-            plan_goal_command(
-                args.goal, embedded=args.embedded, session_id=args.session, json_output=args.json
-            )
-        )
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    return plan_goal_command(
+        args.goal, embedded=args.embedded, session_id=args.session, json_output=args.json
+    )
 
 
 # --------------------------------------------------------------------------- replay
@@ -310,9 +284,7 @@ def _add_replay_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     parser.set_defaults(handler=cmd_replay, parser=parser)
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
-    import asyncio
-
+def cmd_replay(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     from durable_plans.cli.replay_command import replay_command
 
     parser: argparse.ArgumentParser = args.parser
@@ -325,19 +297,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
         parser.error("WORKFLOW_ID or --file is required")
     elif args.file_workflow_id is not None:
         parser.error("--workflow-id names the workflow of --file histories")
-    try:
-        return asyncio.run(
-            replay_command(
-                args.workflow_id,
-                run_id=args.run_id,
-                children=args.children,
-                files=args.file,
-                file_workflow_id=args.file_workflow_id,
-                save_dir=args.save,
-            )
-        )
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    return replay_command(
+        args.workflow_id,
+        run_id=args.run_id,
+        children=args.children,
+        files=args.file,
+        file_workflow_id=args.file_workflow_id,
+        save_dir=args.save,
+    )
 
 
 # --------------------------------------------------------------------------- codec-server
@@ -374,45 +341,33 @@ def _add_codec_server_parser(
     parser.set_defaults(handler=cmd_codec_server)
 
 
-def cmd_codec_server(args: argparse.Namespace) -> int:
-    import asyncio
-
+def cmd_codec_server(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
+    from durable_plans.cli._common import Usage, read_settings, reported
     from durable_plans.client._plans import ui_base_for
     from durable_plans.codec_server import run_codec_server
-    from durable_plans.settings import Settings, SettingsError
 
-    try:
-        settings = Settings.from_env()
-    except SettingsError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_INVALID
-    if settings.payload_keys is None:
-        print(
-            "error: no payload key configured: set DPLAN_PAYLOAD_KEY (or "
-            "DPLAN_PAYLOAD_KEY_FILE) to the key the workers use",
-            file=sys.stderr,
-        )
-        return EXIT_INVALID
-    origins = args.cors_origin or [ui_base_for(settings)]
-    try:
-        asyncio.run(
-            run_codec_server(
+    async def body() -> int:
+        settings = read_settings()
+        if settings.payload_keys is None:
+            raise Usage(
+                "error: no payload key configured: set DPLAN_PAYLOAD_KEY (or "
+                "DPLAN_PAYLOAD_KEY_FILE) to the key the workers use"
+            )
+        origins = args.cors_origin or [ui_base_for(settings)]
+        try:
+            await run_codec_server(
                 settings.payload_keys.codec(),
                 origins,
                 host=args.host,
                 port=args.port,
                 namespace=settings.temporal_namespace,
             )
-        )
-    except OSError as err:
-        print(
-            f"error: cannot listen on {args.host}:{args.port}: {err.strerror or err}",
-            file=sys.stderr,
-        )
-        return 1
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    return EXIT_OK
+        except OSError as error:
+            err(f"error: cannot listen on {args.host}:{args.port}: {error.strerror or error}")
+            return Exit.FAILED
+        return Exit.OK
+
+    return reported(body())
 
 
 # --------------------------------------------------------------------------- list, setup
@@ -447,19 +402,12 @@ def _add_list_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.set_defaults(handler=cmd_list)
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    import asyncio
-
+def cmd_list(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     from durable_plans.cli.list_command import list_command
 
-    try:
-        return asyncio.run(
-            list_command(
-                status=args.status, query=args.query, json_output=args.json, limit=args.limit
-            )
-        )
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    return list_command(
+        status=args.status, query=args.query, json_output=args.json, limit=args.limit
+    )
 
 
 def _add_setup_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -474,15 +422,10 @@ def _add_setup_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     parser.set_defaults(handler=cmd_setup)
 
 
-def cmd_setup(args: argparse.Namespace) -> int:
-    import asyncio
-
+def cmd_setup(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     from durable_plans.cli.list_command import setup_command
 
-    try:
-        return asyncio.run(setup_command())
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    return setup_command()
 
 
 def _add_schemas_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -550,23 +493,16 @@ def _add_retry_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     parser.set_defaults(handler=cmd_retry)
 
 
-def cmd_retry(args: argparse.Namespace) -> int:
-    import asyncio
-
+def cmd_retry(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     from durable_plans.cli.operate_command import retry_command
 
-    try:
-        return asyncio.run(
-            retry_command(
-                args.plan_id,
-                subtasks=args.subtask,
-                embedded=args.embedded,
-                json_output=args.json,
-                no_wait=args.no_wait,
-            )
-        )
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    return retry_command(
+        args.plan_id,
+        subtasks=args.subtask,
+        embedded=args.embedded,
+        json_output=args.json,
+        no_wait=args.no_wait,
+    )
 
 
 def _add_subtask_action_parsers(
@@ -585,19 +521,14 @@ def _add_subtask_action_parsers(
         )
         parser.add_argument("plan_id", metavar="PLAN", help="the plan (workflow) id")
         parser.add_argument("subtask", metavar="SUBTASK", help="the paused subtask's id")
-        parser.add_argument("--by", default=None, help="who decides (default user@host)")
+        add_operator_option(parser)
         parser.set_defaults(handler=cmd_subtask_action, action=action)
 
 
-def cmd_subtask_action(args: argparse.Namespace) -> int:
-    import asyncio
-
+def cmd_subtask_action(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     from durable_plans.cli.operate_command import subtask_command
 
-    try:
-        return asyncio.run(subtask_command(args.action, args.plan_id, args.subtask, by=args.by))
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    return subtask_command(args.action, args.plan_id, args.subtask, operator=args.operator)
 
 
 def _add_budget_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -613,26 +544,39 @@ def _add_budget_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     parser.add_argument("plan_id", metavar="PLAN", help="the plan (workflow) id")
     parser.add_argument("--max-tokens", type=int, default=None, metavar="N")
     parser.add_argument("--max-cost-usd", type=float, default=None, metavar="X")
-    parser.add_argument("--by", default=None, help="who decides (default user@host)")
+    add_operator_option(parser)
     parser.set_defaults(handler=cmd_budget)
 
 
-def cmd_budget(args: argparse.Namespace) -> int:
-    import asyncio
-
+def cmd_budget(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     from durable_plans.cli.operate_command import budget_command
 
-    try:
-        return asyncio.run(
-            budget_command(
-                args.plan_id,
-                max_tokens=args.max_tokens,
-                max_cost_usd=args.max_cost_usd,
-                by=args.by,
-            )
-        )
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    return budget_command(
+        args.plan_id,
+        max_tokens=args.max_tokens,
+        max_cost_usd=args.max_cost_usd,
+        operator=args.operator,
+    )
+
+
+def _add_cancel_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "cancel",
+        help="stop a running plan (it ends cancelled; `dplan retry` runs the rest later)",
+        description=(
+            "Ask a running plan to stop: its running subtasks are cancelled and their "
+            "conversations rolled back; what completed is kept. Exit 0 asked, 1 refused "
+            "(not running) or Temporal unusable."
+        ),
+    )
+    parser.add_argument("plan_id", metavar="PLAN", help="the plan (workflow) id")
+    parser.set_defaults(handler=cmd_cancel)
+
+
+def cmd_cancel(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
+    from durable_plans.cli.operate_command import cancel_command
+
+    return cancel_command(args.plan_id)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -651,6 +595,7 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     _add_retry_parser,
     _add_subtask_action_parsers,
     _add_budget_parser,
+    _add_cancel_parser,
     add_approval_parsers,
 )
 
@@ -670,7 +615,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit code (tests call this in-process)."""
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
-    return handler(args)
+    outcome = handler(args)
+    return outcome if isinstance(outcome, int) else run(outcome)
 
 
 def console_main() -> None:

@@ -20,32 +20,20 @@ from typing import Any
 
 from pydantic import ValidationError
 from rich.console import Console
-from temporalio.service import RPCError
 
 from durable_plans.activities.log import ensure_logging
-from durable_plans.cli.chat import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from durable_plans.cli._common import Exit, Usage, err, read_settings, reported
 from durable_plans.cli.progress import follow_progress, report_renderable
-from durable_plans.cli.run_command import (
-    Connection,
-    open_connection,
-    resolve_catalog,
-    resolve_settings,
-    unreachable_message,
-)
-from durable_plans.client._plans import (
-    PlanClientError,
-    TemporalUnreachable,
-    query_status,
-    wait_for_report,
-    web_url,
-)
-from durable_plans.client._sessions import (
+from durable_plans.cli.run_command import Connection, open_connection
+from durable_plans.cli.session_client import (
     SessionCommandError,
     attach_session,
     check_session_id,
     new_session_id,
     session_update,
 )
+from durable_plans.client._client import agents_of
+from durable_plans.client._plans import query_status, wait_for_report, web_url
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.models import PlanReport, PlanStatus
 from durable_plans.domain.session_contracts import (
@@ -53,16 +41,11 @@ from durable_plans.domain.session_contracts import (
     PlanGoalInput,
     SendMessageResult,
 )
-from durable_plans.embedded import EmbeddedServerError, WorkerDied
 from durable_plans.settings import Settings
 
 __all__ = ["plan_goal_command"]
 
 _PLAIN_WIDTH = 120
-
-
-def _err(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 async def plan_goal_command(
@@ -75,33 +58,27 @@ async def plan_goal_command(
 ) -> int:
     """Plan ``goal`` in a conversation and follow every plan it starts to its report."""
     ensure_logging(json=False, level="WARNING")
-    resolved = resolve_settings(settings)
-    catalog = resolve_catalog(resolved) if resolved is not None else None
-    if resolved is None or catalog is None:
-        return EXIT_INVALID
-    problem = _goal_problem(goal)
-    if problem is None and session_id is not None:
-        problem = check_session_id(session_id)
-    if problem is not None:
-        _err(f"error: {problem}")
-        return EXIT_INVALID
-    try:
+
+    async def body() -> int:
+        resolved = read_settings(settings)
+        catalog = agents_of(resolved)
+        problem = _goal_problem(goal)
+        if problem is None and session_id is not None:
+            problem = check_session_id(session_id)
+        if problem is not None:
+            raise Usage(f"error: {problem}")
         async with contextlib.AsyncExitStack() as stack:
             conn = await open_connection(stack, resolved, embedded=embedded)
             return await _plan_and_follow(
                 conn, catalog, goal.strip(), session_id or new_session_id(), json_output
             )
-    except TemporalUnreachable as err:
-        _err(unreachable_message(err, suggest_embedded=not embedded))
-    except (PlanClientError, EmbeddedServerError, WorkerDied) as err:
-        _err(f"error: {err}")
-    except RPCError as err:  # the server refused a call (namespace, permissions, overload)
-        _err(f"error: the Temporal server refused a request: {err.status.name}: {err.message}")
+
+    try:
+        return await reported(body(), suggest_embedded=not embedded)
     except asyncio.CancelledError:
         # Ctrl-C stops this process, not the plans nor the conversation: both are durable.
-        _err("\nstopped following; the plans are not cancelled (see `dplan status PLAN_ID`).")
+        err("\nstopped following; the plans are not cancelled (see `dplan status PLAN_ID`).")
         raise
-    return EXIT_FAILED
 
 
 def _goal_problem(goal: str) -> str | None:
@@ -120,24 +97,24 @@ async def _plan_and_follow(
     json_output: bool,
 ) -> int:
     handle, _ = await attach_session(conn, catalog, session_id)
-    _err(f"conversation {session_id} (continue it with: dplan chat --session {session_id})")
-    _err("planning…")
+    err(f"conversation {session_id} (continue it with: dplan chat --session {session_id})")
+    err("planning…")
     try:
         result = await session_update(
             conn, handle, UPDATE_PLAN_GOAL, PlanGoalInput(goal=goal), SendMessageResult
         )
-    except SessionCommandError as err:
-        _err(f"error: {err.type}: {err.message}")
-        return EXIT_FAILED
+    except SessionCommandError as refused:
+        err(f"error: {refused.type}: {refused.message}")
+        return Exit.FAILED
     # The orchestrator's words are commentary; in --json mode stdout is for the report.
     answer = f"{result.agent}: {result.answer}"
     if json_output or not result.plan_ids:
-        _err(answer)
+        err(answer)
     else:
         print(answer, flush=True)
     if not result.plan_ids:
-        _err("error: the orchestrator started no plan for this goal")
-        return EXIT_FAILED
+        err("error: the orchestrator started no plan for this goal")
+        return Exit.FAILED
 
     reports = [await _follow(conn, plan_id, json_output=json_output) for plan_id in result.plan_ids]
     if json_output:
@@ -149,13 +126,13 @@ async def _plan_and_follow(
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
         sys.stdout.flush()
     completed = all(r.status is PlanStatus.COMPLETED for r in reports)
-    return EXIT_OK if completed else EXIT_FAILED
+    return Exit.OK if completed else Exit.FAILED
 
 
 async def _follow(conn: Connection, plan_id: str, *, json_output: bool) -> PlanReport:
     """Show ``plan_id``'s progress until it ends; return (and, unless JSON, print) its
     report, whose status is the plan's real outcome as Temporal recorded it."""
-    handle = conn.client.get_workflow_handle(plan_id, result_type=PlanReport)
+    handle = conn.plans.temporal.get_workflow_handle(plan_id, result_type=PlanReport)
     url = web_url(conn.ui_base, conn.settings.temporal_namespace, plan_id) if conn.ui_base else None
     result: asyncio.Future[PlanReport] = asyncio.ensure_future(conn.watch(wait_for_report(handle)))
     try:

@@ -24,7 +24,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from durable_plans.cli.plan_live import PlanWatch, SubtaskNow
+from durable_plans.client._live import PlanWatch, SubtaskNow
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, SubtaskResult, SubtaskStatus
 
 __all__ = [

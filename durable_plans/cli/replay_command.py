@@ -32,7 +32,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from durable_plans.client._plans import TemporalUnreachable, connect
+from durable_plans._errors import TemporalUnreachable
+from durable_plans.client._plans import connect
 from durable_plans.payload_codec import PayloadKeyError, key_ids_in, keyring_from_env
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.settings import Settings, SettingsError

@@ -35,6 +35,14 @@ from temporalio.exceptions import (
 from temporalio.exceptions import TimeoutError as WorkflowTimeoutError
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_plans._errors import (
+    DurablePlansError,
+    InvalidPlan,
+    PlanAlreadyRunning,
+    PlanNotFound,
+    StatusUnavailable,
+    TemporalUnreachable,
+)
 from durable_plans.connection import connect_options
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput
@@ -48,12 +56,6 @@ from durable_plans.settings import Settings
 __all__ = [
     "PLAN_WORKFLOW",
     "STATUS_QUERY",
-    "InvalidPlanError",
-    "PlanAlreadyRunning",
-    "PlanClientError",
-    "PlanNotFound",
-    "PlanStatusUnavailable",
-    "TemporalUnreachable",
     "connect",
     "notification_outcome",
     "plan_status",
@@ -80,37 +82,6 @@ _GOAL_SUMMARY_CHARS = 200
 
 
 T = TypeVar("T")
-
-
-class PlanClientError(Exception):
-    """Base of the errors this module raises; their text is meant for a person."""
-
-
-class TemporalUnreachable(PlanClientError):
-    def __init__(self, address: str, reason: str) -> None:
-        super().__init__(f"cannot reach a Temporal server at {address}: {reason}")
-        self.address = address
-        self.reason = reason
-
-
-class PlanAlreadyRunning(PlanClientError):
-    def __init__(self, plan_id: str) -> None:
-        super().__init__(f"plan '{plan_id}' is already running")
-        self.plan_id = plan_id
-
-
-class PlanNotFound(PlanClientError):
-    def __init__(self, plan_id: str, namespace: str) -> None:
-        super().__init__(f"no plan with id '{plan_id}' in namespace '{namespace}'")
-        self.plan_id = plan_id
-
-
-class InvalidPlanError(PlanClientError):
-    """The workflow rejected the plan before running any subtask."""
-
-
-class PlanStatusUnavailable(PlanClientError):
-    """The plan exists but its status cannot be read now (e.g. no worker is running)."""
 
 
 async def connect(settings: Settings, *, identity: str | None = None) -> Client:
@@ -255,14 +226,14 @@ async def _report_from_failure(
             try:
                 return read_plan_report(cause)
             except MalformedDetails as bad:
-                raise PlanClientError(
+                raise DurablePlansError(
                     f"plan '{handle.id}' failed, but its report is unreadable: {bad}"
                 ) from cause
         if cause.type == FailureType.INVALID_PLAN:
-            raise InvalidPlanError(f"plan '{handle.id}' is invalid: {cause.message}") from cause
+            raise InvalidPlan(f"plan '{handle.id}' is invalid: {cause.message}") from cause
     if isinstance(cause, CancelledError | TerminatedError | WorkflowTimeoutError):
         return await _report_after_stop(handle)
-    raise PlanClientError(f"plan '{handle.id}' failed unexpectedly: {cause}") from cause
+    raise DurablePlansError(f"plan '{handle.id}' failed unexpectedly: {cause}") from cause
 
 
 async def _report_after_stop(handle: WorkflowHandle[Any, PlanReport]) -> PlanReport:
@@ -273,7 +244,7 @@ async def _report_after_stop(handle: WorkflowHandle[Any, PlanReport]) -> PlanRep
     """
     try:
         report = await query_status(handle)
-    except (PlanStatusUnavailable, RPCError):
+    except (StatusUnavailable, RPCError):
         return PlanReport.build(handle.id, [], cancelled=True)
     return settle_stopped(report)
 
@@ -294,14 +265,14 @@ async def query_status(handle: WorkflowHandle[Any, Any]) -> PlanReport:
 
 async def query_plan(handle: WorkflowHandle[Any, Any], name: str, result_type: type[T]) -> T:
     """Query ``name`` of a plan, bounded in time (a query needs a worker to answer it, and
-    one of a closed plan replays it); a plan that cannot answer is ``PlanStatusUnavailable``."""
+    one of a closed plan replays it); a plan that cannot answer is ``StatusUnavailable``."""
     try:
         result: T = await handle.query(name, result_type=result_type, rpc_timeout=_QUERY_TIMEOUT)
     except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as err:
-        raise PlanStatusUnavailable(f"plan '{handle.id}' did not answer: {err}") from err
+        raise StatusUnavailable(f"plan '{handle.id}' did not answer: {err}") from err
     except RPCError as err:
         if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
-            raise PlanStatusUnavailable(
+            raise StatusUnavailable(
                 f"plan '{handle.id}' did not answer within {_QUERY_TIMEOUT.seconds}s; "
                 "is a worker running (dplan-worker)?"
             ) from err

@@ -27,13 +27,14 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_plans._errors import DurablePlansError, InvalidArgument
 from durable_plans.activities.log import get_logger
 from durable_plans.domain import search_attributes as sa
 from durable_plans.domain.contracts import PLAN_WORKFLOW
 
 __all__ = [
     "ListQueryError",
-    "PlanRow",
+    "PlanSummary",
     "SearchAttributesUnavailable",
     "check_search_attributes",
     "list_plans",
@@ -63,11 +64,11 @@ _CLOSED_STATUS_NAMES = {
 }
 
 
-class SearchAttributesUnavailable(Exception):
+class SearchAttributesUnavailable(DurablePlansError):
     """The server would not say which attributes it has, or would not add them."""
 
 
-class ListQueryError(Exception):
+class ListQueryError(InvalidArgument):
     """The server rejected a visibility query; the message says why, in one line."""
 
 
@@ -154,9 +155,9 @@ async def setup_search_attributes(client: Client) -> tuple[list[str], list[str]]
 
 
 @dataclass(frozen=True)
-class PlanRow:
-    """One plan as ``dplan list`` shows it. Fields the server cannot give (no attributes
-    registered, or a plan started before they were) are None."""
+class PlanSummary:
+    """One plan as ``Client.list`` and ``dplan list`` show it. Fields the server cannot
+    give (no attributes registered, or a plan started before they were) are None."""
 
     plan_id: str
     status: str
@@ -206,7 +207,7 @@ async def list_plans(
     status: str | None = None,
     query: str | None = None,
     limit: int = 50,
-) -> tuple[list[PlanRow], bool]:
+) -> tuple[list[PlanSummary], bool]:
     """Plans newest first and whether the search attributes were there to read.
 
     Without them, rows come from what every server has: execution status, start and close
@@ -217,7 +218,7 @@ async def list_plans(
     except SearchAttributesUnavailable:
         with_attributes = False
     visibility_query = plan_query(status=status, query=query, with_attributes=with_attributes)
-    rows: list[PlanRow] = []
+    rows: list[PlanSummary] = []
     try:
         async for execution in client.list_workflows(visibility_query, limit=limit):
             rows.append(await _row(execution))
@@ -231,7 +232,7 @@ async def list_plans(
     return rows, with_attributes
 
 
-async def _row(execution: WorkflowExecution) -> PlanRow:
+async def _row(execution: WorkflowExecution) -> PlanSummary:
     attrs = execution.typed_search_attributes
     memo: Mapping[str, Any] = {}
     try:
@@ -255,7 +256,7 @@ async def _row(execution: WorkflowExecution) -> PlanRow:
     total = memo.get("subtask_count")
     goal = attrs.get(sa.GOAL) or memo.get("goal")
     closed = execution.close_time
-    return PlanRow(
+    return PlanSummary(
         plan_id=execution.id,
         status=status,
         completed=_int_or_none(attrs.get(sa.COMPLETED)),

@@ -30,8 +30,8 @@ from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.testing import WorkflowEnvironment
 
-from durable_plans.cli.approvals_command import decide, pending_calls
 from durable_plans.cli.replay_command import RunHistory, collect_runs, replay_runs, save_runs
+from durable_plans.client._approvals import decide, pending_calls
 from durable_plans.domain.approvals import ApprovalPolicy
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask

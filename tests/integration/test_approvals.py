@@ -17,13 +17,9 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from durable_plans.cli.approvals_command import (
-    ApprovalRefused,
-    PendingRow,
-    decide,
-    pending_calls,
-)
+from durable_plans import Refused
 from durable_plans.cli.main import main
+from durable_plans.client._approvals import PendingCall, decide, pending_calls
 from durable_plans.domain.approvals import (
     QUERY_APPROVALS,
     TIMEOUT_WHO,
@@ -38,19 +34,18 @@ from durable_plans.testing import FakeProviderProcess
 from tests.integration.conftest import Harness
 from tests.integration.plans import by_id, make_plan
 from tests.integration.replay import assert_replays
-from tests.integration.test_crash import worker_env
-from tests.integration.workers import WorkerProcess
+from tests.integration.workers import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.integration
 
 WAIT_S = 60.0  # a bound on waiting for the workflows to reach a state, never asserted
 
 
-async def wait_pending(client: Client, plan_id: str, n: int) -> list[PendingRow]:
+async def wait_pending(client: Client, plan_id: str, n: int) -> list[PendingCall]:
     """Until ``n`` calls of the plan wait (each subtask registers its own when it gets
     there); fails loudly, with what was seen, if they never do."""
     deadline = time.monotonic() + WAIT_S
-    rows: list[PendingRow] = []
+    rows: list[PendingCall] = []
     while time.monotonic() < deadline:
         rows = await pending_calls(client, plan_id)
         if len(rows) >= n:
@@ -97,9 +92,9 @@ async def test_approve_reject_edit_and_two_operators_at_once(harness: Harness) -
     assert by_call["ok"].call == "ok:0.0"
 
     # Unknown calls are refused by the validator, with what is waiting.
-    with pytest.raises(ApprovalRefused, match=r"no tool call '7\.0' is waiting.*waiting: 0\.0"):
+    with pytest.raises(Refused, match=r"no tool call '7\.0' is waiting.*waiting: 0\.0"):
         await decide(harness.client, plan.id, "ok:7.0", approve=True, who="alice")
-    with pytest.raises(ApprovalRefused, match="no running workflow"):
+    with pytest.raises(Refused, match=r"no workflow approve-.*/nope answers"):
         await decide(harness.client, plan.id, "nope:0.0", approve=True, who="alice")
     with pytest.raises(ValueError, match=r"SUBTASK:TURN\.INDEX"):
         await decide(harness.client, plan.id, "ok", approve=True, who="alice")
@@ -129,13 +124,19 @@ async def test_approve_reject_edit_and_two_operators_at_once(harness: Harness) -
     won = [o for o in outcomes if isinstance(o, ApprovalDecision)]
     lost = [o for o in outcomes if isinstance(o, BaseException)]
     assert len(won) == 1 and len(lost) == 1, outcomes
-    assert isinstance(lost[0], ApprovalRefused)
+    assert isinstance(lost[0], Refused)
     assert f"already {'approved' if won[0].approved else 'rejected'} by {won[0].who}" in str(
         lost[0]
     )
 
     report = await handle.result()
     assert report.status is PlanStatus.COMPLETED  # a rejected call is an answer, not a failure
+    # Its subtask has ended: a late decision is refused, naming who decided and when
+    # (the closed workflow still answers its approvals query).
+    with pytest.raises(
+        Refused, match=r"not running: the call \(list_dir\) was already approved by alice at 20"
+    ):
+        await decide(harness.client, plan.id, "ok:0.0", approve=False, who="zoe", reason="late")
     ok_answers = tool_answers(await branch_of(harness, report, "ok"))
     assert len(ok_answers) == 1 and "README.md" in (ok_answers[0].content or "")
     no_branch = await branch_of(harness, report, "no")
@@ -186,7 +187,7 @@ async def test_no_decision_within_the_timeout_rejects_the_call(harness: Harness)
         QUERY_APPROVALS, result_type=WorkflowApprovals
     )
     assert [(d.approved, d.who) for d in snap.decided] == [(False, TIMEOUT_WHO)]
-    with pytest.raises(ApprovalRefused):
+    with pytest.raises(Refused):
         await decide(harness.client, plan.id, "slow:0.0", approve=True, who="late")
     await assert_replays(harness.client, [plan.id, f"{plan.id}/slow"])
 
@@ -201,7 +202,7 @@ async def test_a_waiting_call_survives_a_sigkilled_worker(
         update={"approval": ApprovalPolicy(tools=("list_dir",))}
     )
     with FakeProviderProcess(tmp_path / "requests.jsonl", latency_ms=0) as provider:
-        env = worker_env(temporal_env, tmp_path, provider, tq)
+        env = worker_env(client, tmp_path, provider, tq)
         first = WorkerProcess(env, tmp_path / "worker-1.log").start()
         second: WorkerProcess | None = None
         try:
@@ -284,7 +285,7 @@ async def test_the_commands_list_scrubbed_arguments_and_record_the_operator(
         assert time.monotonic() < deadline, "dplan approvals never listed the running plan"
         await asyncio.sleep(0.1)
     code, _, err = await dplan("approvals", "no-such-plan-x")
-    assert code == 1 and "no plan 'no-such-plan-x'" in err
+    assert code == 1 and "no plan with id 'no-such-plan-x'" in err
 
     code, _, err = await dplan("approve", plan.id, "peek")
     assert code == 2 and "SUBTASK:TURN.INDEX" in err

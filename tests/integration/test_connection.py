@@ -26,7 +26,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from durable_plans.client._plans import TemporalUnreachable, connect
+from durable_plans import TemporalUnreachable
+from durable_plans.client._plans import connect
 from durable_plans.connection import TemporalAccess
 from durable_plans.embedded import EmbeddedTemporal, free_port
 from durable_plans.settings import Settings

@@ -28,12 +28,9 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from rich.console import Console
 
+    from durable_plans import InvalidPlan, PlanAlreadyRunning, PlanNotFound, TemporalUnreachable
     from durable_plans.cli.progress import follow_progress, render_report
     from durable_plans.client._plans import (
-        InvalidPlanError,
-        PlanAlreadyRunning,
-        PlanNotFound,
-        TemporalUnreachable,
         connect,
         plan_status,
         query_status,
@@ -293,7 +290,7 @@ async def test_failed_plan_returns_report_from_failure_details(
 async def test_invalid_plan_raises_clear_error(
     client: Client, settings: Settings, worker: None
 ) -> None:
-    with pytest.raises(InvalidPlanError, match="cycle: a → a"):
+    with pytest.raises(InvalidPlan, match="cycle: a → a"):
         await wait_for_report(await start_plan(client, _plan("invalid"), settings))
 
 

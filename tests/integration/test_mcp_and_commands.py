@@ -24,7 +24,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from durable_plans.cli.approvals_command import PendingRow, decide, pending_calls
+from durable_plans.client._approvals import PendingCall, decide, pending_calls
 from durable_plans.domain.agents_loader import load_agents_file
 from durable_plans.domain.models import Plan, PlanStatus, Subtask
 from durable_plans.session_store import SessionStore
@@ -220,7 +220,7 @@ async def test_run_command_waits_for_approval_by_default(client: Client, tmp_pat
         result = asyncio.ensure_future(
             run_plan(client, plan, s.task_queue, agents=load_agents_file(agents).agents)
         )
-        pending: dict[str, PendingRow] = {}
+        pending: dict[str, PendingCall] = {}
         while set(pending) != {"yes", "no"}:  # until both commands wait
             await asyncio.sleep(0.1)
             with contextlib.suppress(RPCError):  # the plan may not have started yet

@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 import durable_plans.cli.run_command as run_command
-from durable_plans.cli.main import EXIT_INVALID, main
+from durable_plans.cli._common import Exit
+from durable_plans.cli.main import main
 from durable_plans.domain.agents_loader import AgentsFileError, load_agents_file
 from durable_plans.domain.plan_loader import MAX_PLAN_BYTES, PlanValidationError, load_plan_file
 from durable_plans.settings import Settings
@@ -294,7 +295,7 @@ def test_dplan_validate_rejects_the_plan_with_its_lines(
     name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = _relative(PLANS_DIR / name)
-    assert main(["validate", path]) == EXIT_INVALID
+    assert main(["validate", path]) == Exit.INVALID
     out, err = capsys.readouterr()
     assert out == ""
     header, *problems = err.splitlines()
@@ -316,7 +317,7 @@ def test_dplan_validate_json_reports_the_same_problems(
     name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = _relative(PLANS_DIR / name)
-    assert main(["validate", path, "--json"]) == EXIT_INVALID
+    assert main(["validate", path, "--json"]) == Exit.INVALID
     out, err = capsys.readouterr()
     report = json.loads(out)
     assert (report["valid"], err) == (False, "")
@@ -343,7 +344,7 @@ async def test_dplan_run_stops_a_bad_plan_before_any_workflow_starts(
     code = await run_command.run_plan(
         path, embedded=False, json_output=False, no_wait=True, settings=Settings()
     )
-    assert code == run_command.EXIT_INVALID
+    assert code == Exit.INVALID
     header, *problems = capsys.readouterr().err.splitlines()
     assert header == f"invalid plan: {path}"
     stripped = tuple(line.removeprefix("  ") for line in problems)
@@ -365,7 +366,7 @@ def test_a_five_megabyte_plan_is_rejected_by_size(
 ) -> None:
     path, size = _five_megabyte_plan(tmp_path)
     fragment = f"plan is too large ({size} bytes, limit {MAX_PLAN_BYTES})"
-    assert main(["validate", str(path)]) == EXIT_INVALID
+    assert main(["validate", str(path)]) == Exit.INVALID
     _, *problems = capsys.readouterr().err.splitlines()
     _assert_problems(tuple(problems), str(path), (fragment,))
     with pytest.raises(PlanValidationError) as info:
@@ -380,7 +381,7 @@ def test_the_console_script_rejects_a_sample(name: str) -> None:
     done = subprocess.run(
         [str(DPLAN), "validate", path], cwd=REPO, capture_output=True, text=True, check=False
     )
-    assert (done.returncode, done.stdout) == (EXIT_INVALID, "")
+    assert (done.returncode, done.stdout) == (Exit.INVALID, "")
     header, *problems = done.stderr.splitlines()
     assert header == f"invalid plan: {path}"
     _assert_problems(tuple(problems), path, PLAN_EXPECTATIONS[name])
@@ -391,7 +392,7 @@ def test_the_console_script_rejects_a_five_megabyte_plan(tmp_path: Path) -> None
     done = subprocess.run(
         [str(DPLAN), "validate", str(path)], capture_output=True, text=True, check=False
     )
-    assert done.returncode == EXIT_INVALID
+    assert done.returncode == Exit.INVALID
     assert done.stderr.splitlines() == [
         f"invalid plan: {path}",
         f"{path}: plan is too large ({size} bytes, limit {MAX_PLAN_BYTES})",
@@ -422,7 +423,7 @@ async def test_dplan_run_stops_a_bad_agents_file_before_any_workflow_starts(
         no_wait=True,
         settings=Settings(agents_file=agents),
     )
-    assert code == run_command.EXIT_INVALID
+    assert code == Exit.INVALID
     header, *problems = capsys.readouterr().err.splitlines()
     assert header == f"invalid agents file: {agents}"
     stripped = tuple(line.removeprefix("  ") for line in problems)
@@ -448,7 +449,7 @@ def test_the_console_script_run_rejects_a_bad_agents_file(name: str, tmp_path: P
         check=False,
         timeout=60,
     )
-    assert (done.returncode, done.stdout) == (EXIT_INVALID, "")
+    assert (done.returncode, done.stdout) == (Exit.INVALID, "")
     header, *problems = done.stderr.splitlines()
     assert header == f"invalid agents file: {agents}"
     stripped = tuple(line.removeprefix("  ") for line in problems)

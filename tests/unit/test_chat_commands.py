@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from durable_plans.cli.chat import EXIT_INVALID, chat
+from durable_plans.cli._common import Exit
+from durable_plans.cli.chat import chat
 from durable_plans.cli.chat_commands import (
     DEFAULT_HISTORY,
     HELP_TEXT,
@@ -33,8 +34,8 @@ from durable_plans.cli.chat_commands import (
 from durable_plans.cli.chat_render import event_line, history_line, switch_lines
 from durable_plans.cli.main import build_parser
 from durable_plans.cli.plan_command import plan_goal_command
+from durable_plans.cli.session_client import check_session_id, new_session_id
 from durable_plans.cli.stdin_lines import StdinLines
-from durable_plans.client._sessions import check_session_id, new_session_id
 from durable_plans.domain.models import FunctionCall, Message, ToolCall
 from durable_plans.domain.session_contracts import AgentSwitchEvent, AgentSwitchResult
 from durable_plans.settings import Settings
@@ -250,14 +251,14 @@ _NOWHERE = Settings(temporal_address="127.0.0.1:9")
 async def test_chat_rejects_a_bad_session_id_before_connecting(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert await chat("bad id", embedded=False, settings=_NOWHERE) == EXIT_INVALID
+    assert await chat("bad id", embedded=False, settings=_NOWHERE) == Exit.INVALID
     assert "invalid session id 'bad id'" in capsys.readouterr().err
 
 
 async def test_chat_rejects_an_unknown_agent_naming_the_known_ones(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert await chat(None, embedded=False, agent="nobody", settings=_NOWHERE) == EXIT_INVALID
+    assert await chat(None, embedded=False, agent="nobody", settings=_NOWHERE) == Exit.INVALID
     err = capsys.readouterr().err
     assert "unknown agent 'nobody'" in err and "coder" in err
 
@@ -267,7 +268,7 @@ async def test_plan_rejects_an_empty_goal(goal: str, capsys: pytest.CaptureFixtu
     code = await plan_goal_command(
         goal, embedded=False, session_id=None, json_output=True, settings=_NOWHERE
     )
-    assert code == EXIT_INVALID
+    assert code == Exit.INVALID
     captured = capsys.readouterr()
     assert "invalid goal" in captured.err and captured.out == ""
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from durable_plans.cli.main import EXIT_INVALID, EXIT_OK, main
+from durable_plans.cli._common import Exit
+from durable_plans.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 WEATHER = "examples/weather_app.json"
@@ -22,7 +23,7 @@ def _in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_exit_codes_are_the_documented_ones() -> None:
-    assert (EXIT_OK, EXIT_INVALID) == (0, 2)
+    assert (Exit.OK, Exit.INVALID) == (0, 2)
 
 
 def test_valid_plan_prints_one_summary_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,8 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import TLSConfig
 
-from durable_plans.client._plans import TemporalUnreachable, connect, ui_base_for, web_url
+from durable_plans import TemporalUnreachable
+from durable_plans.client._plans import connect, ui_base_for, web_url
 from durable_plans.connection import (
     TemporalAccess,
     TemporalConfigError,

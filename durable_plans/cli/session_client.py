@@ -27,7 +27,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_plans.cli.run_command import Connection
-from durable_plans.client._plans import PlanClientError
+from durable_plans.client import DurablePlansError
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.failures import describe_failure
 from durable_plans.domain.ids import session_workflow_id
@@ -72,7 +72,7 @@ def check_session_id(value: str) -> str | None:
 # --------------------------------------------------------------------------- the workflow
 
 
-class SessionEnded(PlanClientError):
+class SessionEnded(DurablePlansError):
     """The conversation was finished (``/end``); its id cannot be reused."""
 
     def __init__(self, session_id: str) -> None:
@@ -121,7 +121,7 @@ async def attach_session(
     that failed or was terminated may be started again on the same stored history.
     """
     workflow_id = session_workflow_id(session_id)
-    existed = await _is_running(conn.client, workflow_id)
+    existed = await _is_running(conn.plans.temporal, workflow_id)
     session_input = SessionInput(
         session_id=session_id,
         agents=catalog.agents,
@@ -129,7 +129,7 @@ async def attach_session(
         **({"agent": agent} if agent else {}),
     )
     try:
-        handle: WorkflowHandle[Any, Any] = await conn.client.start_workflow(
+        handle: WorkflowHandle[Any, Any] = await conn.plans.temporal.start_workflow(
             SESSION_WORKFLOW,
             session_input,
             id=workflow_id,

@@ -1,0 +1,288 @@
+"""``Client``: every operation on plans, typed, returning values and raising one hierarchy.
+
+The ``dplan`` command line is a layer over this class and nothing more: what a person can
+do from a terminal, a service can do from Python with the same rules and the same
+sentences when something is refused. Temporal stays visible (``client.temporal``) for
+callers who need more, but nothing here asks them to know workflow names, queries or
+updates.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncIterator, Mapping
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import temporalio.client
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from durable_plans._errors import (
+    InvalidArgument,
+    InvalidPlan,
+    PlanNotFound,
+    Refused,
+    StatusUnavailable,
+)
+from durable_plans.client._approvals import (
+    PendingCall,
+    check_decision,
+    decide,
+    pending_calls,
+    running_plan_ids,
+)
+from durable_plans.client._operate import start_retry, update_running_plan
+from durable_plans.client._operator import default_operator
+from durable_plans.client._plans import (
+    connect,
+    describe_plan,
+    plan_status,
+    start_plan,
+    wait_for_report,
+)
+from durable_plans.client._visibility import PlanSummary, list_plans
+from durable_plans.client._watch import PlanEvent, watch_plan
+from durable_plans.domain.agents import AgentCatalog
+from durable_plans.domain.agents_loader import AgentsFileError, load_catalog
+from durable_plans.domain.approvals import ApprovalDecision
+from durable_plans.domain.models import Plan, PlanReport
+from durable_plans.domain.operations import (
+    RAISE_BUDGET_UPDATE,
+    RESUME_UPDATE,
+    SKIP_UPDATE,
+    BudgetRequest,
+    SubtaskRequest,
+)
+from durable_plans.domain.plan_loader import (
+    PlanValidationError,
+    load_plan_file,
+    plan_from_data,
+    validate_plan,
+)
+from durable_plans.settings import Settings
+
+__all__ = ["Client", "agents_of", "load_plan"]
+
+PlanSource = Plan | Mapping[str, Any] | str | PathLike[str]
+
+
+def load_plan(source: PlanSource, *, agents: AgentCatalog | None = None) -> Plan:
+    """A validated plan from a ``Plan``, the plan file's data, or a path to the file.
+
+    Raises ``InvalidPlan`` with one line per problem (unique ids, known dependencies and
+    agents, no cycle ...), the same lines ``dplan validate`` prints."""
+    known = (agents or load_catalog(None)).names()
+    try:
+        if isinstance(source, Plan):
+            problems = validate_plan(source, known_agents=known)
+            if problems:
+                raise PlanValidationError(problems)
+            return source
+        if isinstance(source, Mapping):
+            return plan_from_data(dict(source), known_agents=known)
+        return load_plan_file(Path(source), known_agents=known)
+    except PlanValidationError as err:
+        raise InvalidPlan("invalid plan", err.problems) from None
+
+
+def agents_of(settings: Settings) -> AgentCatalog:
+    """The built-in agents merged with ``DPLAN_AGENTS``'s file; ``InvalidArgument`` naming
+    the file and its problems when it cannot be used."""
+    try:
+        return load_catalog(settings.agents_file)
+    except AgentsFileError as err:
+        raise InvalidArgument(
+            f"invalid agents file: {settings.agents_file}", err.problems
+        ) from None
+
+
+class Client:
+    """A connection to the plans of one Temporal namespace and task queue.
+
+    ``operator`` is who the workflows record as deciding (approvals, resume, skip,
+    budget): ``user@host`` by default, a service's own name when it acts for people.
+    """
+
+    def __init__(
+        self,
+        temporal: temporalio.client.Client,
+        settings: Settings | None = None,
+        *,
+        operator: str | None = None,
+    ) -> None:
+        self._temporal = temporal
+        self._settings = settings if settings is not None else Settings.from_env()
+        self._operator = operator or default_operator()
+        self._agents: AgentCatalog | None = None
+
+    @classmethod
+    async def connect(
+        cls, settings: Settings | None = None, *, operator: str | None = None
+    ) -> Client:
+        """Connect with ``settings`` (default: the environment, as ``dplan`` reads it).
+
+        Raises ``TemporalUnreachable`` naming the address and what to change."""
+        resolved = settings if settings is not None else Settings.from_env()
+        who = operator or default_operator()
+        return cls(await connect(resolved, identity=who), resolved, operator=who)
+
+    @property
+    def temporal(self) -> temporalio.client.Client:
+        """The Temporal client underneath, wired by ``DurablePlansPlugin``."""
+        return self._temporal
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @property
+    def operator(self) -> str:
+        return self._operator
+
+    # ------------------------------------------------------------------ plans
+
+    def agents(self) -> AgentCatalog:
+        """The agents plans start with: the built-ins merged with ``DPLAN_AGENTS``."""
+        if self._agents is None:
+            self._agents = agents_of(self._settings)
+        return self._agents
+
+    async def start(self, plan: PlanSource) -> str:
+        """Validate and start ``plan``; returns its id (the workflow id).
+
+        The agent catalog and the default budget are fixed in the plan's input now, so
+        every worker that picks it up runs the same agents under the same limits.
+        Raises ``InvalidPlan`` or ``PlanAlreadyRunning``."""
+        agents = self.agents()
+        valid = load_plan(plan, agents=agents)
+        await start_plan(self._temporal, valid, self._settings, catalog=agents)
+        return valid.id
+
+    async def report(self, plan_id: str) -> PlanReport:
+        """Wait for the plan to end and return its report, however it ended (completed,
+        failed, cancelled, terminated). Raises ``InvalidPlan`` for a plan the workflow
+        refused to run."""
+        await describe_plan(self._temporal, plan_id)
+        return await wait_for_report(self._plan_handle(plan_id))
+
+    async def status(self, plan_id: str) -> PlanReport:
+        """The plan's report now: live while it runs, final once it ended."""
+        return await plan_status(self._temporal, plan_id)
+
+    async def list(
+        self, *, status: str | None = None, query: str | None = None, limit: int = 50
+    ) -> builtins.list[PlanSummary]:
+        """Plans of the namespace, newest first, from Temporal visibility (eventually
+        consistent: a change shows up within a second or so). ``status`` is ``running``,
+        ``paused``, ``completed``, ``failed``, ``cancelled`` ...; ``query`` is a visibility
+        query added as is."""
+        if limit < 1:
+            raise InvalidArgument(f"limit must be at least 1, not {limit}")
+        rows, _ = await list_plans(self._temporal, status=status, query=query, limit=limit)
+        return rows
+
+    async def cancel(self, plan_id: str) -> None:
+        """Ask a running plan to stop: running subtasks are cancelled, the report says
+        so. Raises ``Refused`` for a plan that has already ended."""
+        description = await describe_plan(self._temporal, plan_id)
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            state = description.status.name.lower() if description.status else "closed"
+            raise Refused(f"plan '{plan_id}' is not running (it is {state})")
+        await self._plan_handle(plan_id).cancel()
+
+    def watch(self, plan_id: str, *, poll_interval_s: float = 0.5) -> AsyncIterator[PlanEvent]:
+        """The plan's events until it ends: subtask state changes, streamed text, calls
+        waiting for approval, and last the final report (``PlanEnded``)."""
+        return watch_plan(self._temporal, plan_id, poll_interval_s=poll_interval_s)
+
+    # ------------------------------------------------------------------ operating
+
+    async def retry(
+        self, plan_id: str, subtasks: builtins.list[str] | None = None
+    ) -> builtins.list[str]:
+        """Run a finished plan again under the same id, keeping what completed: its
+        failed, skipped and cancelled subtasks run again (and ``subtasks``, with what
+        depends on them). Returns the subtasks that run again; ``report`` waits for it."""
+        _, rerun = await start_retry(
+            self._temporal, plan_id, self._settings.task_queue, subtasks or ()
+        )
+        return rerun
+
+    async def resume(self, plan_id: str, subtask: str) -> str:
+        """Run a subtask paused on its failure again; returns the workflow's sentence."""
+        request = SubtaskRequest(subtask=subtask, by=self._operator)
+        return await update_running_plan(self._temporal, plan_id, RESUME_UPDATE, request, str)
+
+    async def skip(self, plan_id: str, subtask: str) -> str:
+        """Give up on a paused subtask: it and its dependents are skipped."""
+        request = SubtaskRequest(subtask=subtask, by=self._operator)
+        return await update_running_plan(self._temporal, plan_id, SKIP_UPDATE, request, str)
+
+    async def raise_budget(
+        self, plan_id: str, *, max_tokens: int | None = None, max_cost_usd: float | None = None
+    ) -> builtins.list[str]:
+        """New limits for a running plan (a limit left out keeps its value); subtasks
+        paused on the budget resume. Returns the ones that resumed."""
+        if max_tokens is None and max_cost_usd is None:
+            raise InvalidArgument("name a new limit: max_tokens and/or max_cost_usd")
+        for name, value in (("max_tokens", max_tokens), ("max_cost_usd", max_cost_usd)):
+            if value is not None and value < 0:
+                raise InvalidArgument(f"{name} must be zero or more, not {value:g}")
+        request = BudgetRequest(max_tokens=max_tokens, max_cost_usd=max_cost_usd, by=self._operator)
+        resumed: builtins.list[str] = await update_running_plan(
+            self._temporal, plan_id, RAISE_BUDGET_UPDATE, request, builtins.list
+        )
+        return resumed
+
+    # ------------------------------------------------------------------ approvals
+
+    async def approvals(self, plan_id: str | None = None) -> builtins.list[PendingCall]:
+        """Tool calls waiting for a person: of one plan, or of every running plan."""
+        if plan_id is not None:
+            return await self._pending(plan_id)
+        found: builtins.list[PendingCall] = []
+        for pid in await running_plan_ids(self._temporal):
+            try:
+                found += await pending_calls(self._temporal, pid)
+            except RPCError:
+                continue  # ended between the listing and the question
+        return found
+
+    async def approve(
+        self, plan_id: str, call: str, *, arguments: str | None = None
+    ) -> ApprovalDecision:
+        """Let a waiting call run, with ``arguments`` (a JSON object) replacing the
+        model's when given. Raises ``Refused`` when it cannot be decided, naming who
+        decided first when someone did."""
+        check_decision(call, arguments)
+        return await decide(
+            self._temporal, plan_id, call, approve=True, who=self._operator, arguments=arguments
+        )
+
+    async def reject(self, plan_id: str, call: str, *, reason: str) -> ApprovalDecision:
+        """Refuse a waiting call; the model reads ``reason`` as the tool's result."""
+        if not reason.strip():
+            raise InvalidArgument("a rejection needs a reason: the model reads it")
+        check_decision(call, None)
+        return await decide(
+            self._temporal, plan_id, call, approve=False, who=self._operator, reason=reason
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def _plan_handle(self, plan_id: str) -> WorkflowHandle[Any, PlanReport]:
+        return self._temporal.get_workflow_handle(plan_id, result_type=PlanReport)
+
+    async def _pending(self, plan_id: str) -> builtins.list[PendingCall]:
+        try:
+            return await pending_calls(self._temporal, plan_id)
+        except RPCError as err:
+            if err.status is RPCStatusCode.NOT_FOUND:
+                raise PlanNotFound(plan_id, self._temporal.namespace) from None
+            if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+                raise StatusUnavailable(
+                    f"plan '{plan_id}' did not answer; is a worker running (dplan-worker)?"
+                ) from None
+            raise
