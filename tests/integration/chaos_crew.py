@@ -29,10 +29,10 @@ from tests.integration.chaos_support import (
     completions,
     paid_answers,
     plan_branches,
-    stored_answers,
     wait_until,
-    worker_env,
 )
+from tests.integration.stored import stored_answers
+from tests.integration.workers import worker_env
 
 BASE_LATENCY_MS = 150  # plus 0–100 ms per subtask ([slow:N] in its description)
 RESULT_TIMEOUT_S = 150.0

@@ -10,7 +10,8 @@ real), the provider is ``FakeProviderProcess``, and the server-restart case runs
 - ``WriterScenario``: a fake-provider scenario whose agent writes a large file
   (``[write:PATH]`` in the task), for killing a worker in the middle of a tool write.
 - ``random_plan``: a seeded DAG of subtasks.
-- ``stored_answers``: what the store held right after a kill (the dead worker's answers).
+- ``paid_answers``: what the paid ledgers held right after a kill (the usage of every
+  answer the dead worker had recorded; ``stored.stored_answers`` counts its stored ones).
 - ``audit_calls``: which LLM calls were made again, and whether each repeat is excused
   (its answer was lost with a killed worker, never stored).
 - ``check_plan``: every invariant of a finished plan (report, base session, branches,
@@ -56,8 +57,6 @@ from durable_plans.domain.models import (
 )
 from durable_plans.domain.tool_ids import strict_violations
 from durable_plans.plugin import DurablePlansPlugin
-from durable_plans.session_store import SessionNotFound
-from durable_plans.session_store.factory import open_session_store
 from durable_plans.testing import (
     AgentScenario,
     ChatRequest,
@@ -68,10 +67,10 @@ from durable_plans.testing import (
     strip_directives,
 )
 from durable_plans.workflows.plan import default_session_id
-from tests.integration.conftest import FAKE_KEY
 from tests.integration.plans import make_plan
 from tests.integration.prewarmed import PrewarmedProcess
 from tests.integration.replay import assert_replays
+from tests.integration.stored import opened_store
 from tests.integration.workers import WorkerProcess
 
 T = TypeVar("T")
@@ -230,21 +229,6 @@ class ChaosWorker(WorkerProcess):
         self._consumed[needle] = target
 
 
-def worker_env(
-    temporal_address: str, tmp: Path, provider: FakeProviderProcess, task_queue: str
-) -> dict[str, str]:
-    return {
-        "TEMPORAL_ADDRESS": temporal_address,
-        "DPLAN_TASK_QUEUE": task_queue,
-        "DPLAN_MODEL": "openai/fake-model",
-        "DPLAN_API_BASE": provider.base_url,
-        "DPLAN_API_KEY": FAKE_KEY,
-        "DPLAN_SESSION_STORE": str(tmp / "sessions.db"),
-        "DPLAN_WORKSPACE": str(tmp / "workspace"),
-        "DPLAN_STATE_DIR": str(tmp / "state"),
-    }
-
-
 def worker_main() -> None:
     """The worker entry point with two test-only settings, neither changing behaviour:
 
@@ -398,28 +382,6 @@ def plan_branches(plan: Plan, run_id: str) -> dict[str, str]:
     }
 
 
-async def stored_answers(store_path: Path, branches: Mapping[str, str]) -> dict[str, int]:
-    """How many of its own answers each subtask's branch holds (task text -> count).
-
-    Read right after a SIGKILL and before the next worker starts, it is exactly what the
-    dead worker (and those before it) had stored: those answers must never be asked for
-    again."""
-    store = await open_session_store(str(store_path))
-    try:
-        counts: dict[str, int] = {}
-        for task, branch_id in branches.items():
-            try:
-                branch = await store.read(branch_id)
-            except SessionNotFound:
-                branch = []
-            users = [i for i, m in enumerate(branch) if m.role == "user" and m.content == task]
-            own = branch[users[-1] + 1 :] if users else []
-            counts[task] = sum(1 for m in own if m.role == "assistant")
-        return counts
-    finally:
-        await store.close()
-
-
 def audit_calls(workers: Sequence[WorkerCalls]) -> CallAudit:
     """No completed LLM call is made again (``workers`` in the order they ran).
 
@@ -491,11 +453,8 @@ async def paid_answers(store_path: Path, calls: Mapping[tuple[str, int], str]) -
     Read right after a SIGKILL, it is every answer the dead worker (and those before it)
     had received and recorded; what the provider delivered to it beyond that was lost in
     transit, with the process, before anyone but the provider knew of it."""
-    store = await open_session_store(str(store_path))
-    try:
+    async with opened_store(store_path) as store:
         return {key: await store.total_usage(call_ledger(cid)) for key, cid in calls.items()}
-    finally:
-        await store.close()
 
 
 @dataclass
@@ -595,8 +554,7 @@ async def check_plan(
     run_id = plan_run_id(plan, first_execution_run_id)
     base_id = default_session_id(plan)
 
-    store = await open_session_store(str(store_path))
-    try:
+    async with opened_store(store_path) as store:
         base = await store.read(base_id)
         # The base session: what it held before, then exactly one merged result per
         # subtask, in plan order — no duplicate, no loss, whatever order children finished.
@@ -616,8 +574,6 @@ async def check_plan(
             assert meta.ended, f"branch of {sub.id} was left open"
             snap = snapshot_id(base_id, run_id, sub.id)
             assert not await store.has_snapshot(snap), f"snapshot {snap} was not deleted"
-    finally:
-        await store.close()
     replayed = await assert_replays(
         client, [plan.id, *(domain_ids.subtask_workflow_id(plan.id, s.id) for s in plan.subtasks)]
     )

@@ -32,9 +32,9 @@ from tests.integration.chaos_support import (
     check_plan,
     completions,
     wait_for_completions,
-    worker_env,
 )
 from tests.integration.plans import make_plan
+from tests.integration.workers import worker_env
 
 pytestmark = pytest.mark.integration
 

@@ -16,13 +16,11 @@ from temporalio.testing import WorkflowEnvironment
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.ids import branch_session_id
 from durable_plans.domain.models import PlanReport, PlanStatus
-from durable_plans.session_store import SessionNotFound
-from durable_plans.session_store.factory import open_session_store
 from durable_plans.testing import FakeProviderProcess, strip_directives
 from tests.integration.chaos_support import plan_run_id
-from tests.integration.conftest import FAKE_KEY
 from tests.integration.plans import make_plan
-from tests.integration.workers import WorkerProcess
+from tests.integration.stored import opened_store, stored_answers
+from tests.integration.workers import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.integration
 
@@ -38,21 +36,6 @@ CRASH_PLAN = [
     ("g", "Write the changelog", ["e", "f"]),
     ("h", "Write the docs", []),
 ]
-
-
-def worker_env(
-    env: WorkflowEnvironment, tmp: Path, provider: FakeProviderProcess, tq: str
-) -> dict[str, str]:
-    return {
-        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
-        "DPLAN_TASK_QUEUE": tq,
-        "DPLAN_MODEL": "openai/fake-model",
-        "DPLAN_API_BASE": provider.base_url,
-        "DPLAN_API_KEY": FAKE_KEY,
-        "DPLAN_SESSION_STORE": str(tmp / "sessions.db"),
-        "DPLAN_WORKSPACE": str(tmp / "workspace"),
-        "DPLAN_STATE_DIR": str(tmp / "state"),
-    }
 
 
 async def wait_for_completions(provider: FakeProviderProcess, n: int, timeout_s: float) -> None:
@@ -72,24 +55,6 @@ def own_turn(messages: list[dict[str, Any]]) -> tuple[str, int]:
     return str(messages[last].get("content")), turn
 
 
-async def stored_answers(store_path: Path, branches: dict[str, str]) -> dict[str, int]:
-    """How many of its own answers each subtask's branch holds (task text -> count)."""
-    store = await open_session_store(str(store_path))
-    try:
-        counts: dict[str, int] = {}
-        for task, branch_id in branches.items():
-            try:
-                branch = await store.read(branch_id)
-            except SessionNotFound:
-                branch = []
-            users = [i for i, m in enumerate(branch) if m.role == "user" and m.content == task]
-            own = branch[users[-1] + 1 :] if users else []
-            counts[task] = sum(1 for m in own if m.role == "assistant")
-        return counts
-    finally:
-        await store.close()
-
-
 async def test_sigkill_mid_plan_then_new_worker_completes_without_repeats(
     temporal_env: WorkflowEnvironment, client: Client, tmp_path: Path
 ) -> None:
@@ -101,7 +66,7 @@ async def test_sigkill_mid_plan_then_new_worker_completes_without_repeats(
     with FakeProviderProcess(
         tmp_path / "requests.jsonl", latency_ms=250, log_bodies=True
     ) as provider:
-        env = worker_env(temporal_env, tmp_path, provider, tq)
+        env = worker_env(client, tmp_path, provider, tq)
         first = WorkerProcess(env, tmp_path / "worker-1.log").start()
         second: WorkerProcess | None = None
         try:
@@ -157,8 +122,7 @@ async def test_sigkill_mid_plan_then_new_worker_completes_without_repeats(
         )
     assert len(repeated) <= PARALLEL_AT_MOST
 
-    store = await open_session_store(str(tmp_path / "sessions.db"))
-    try:
+    async with opened_store(tmp_path / "sessions.db") as store:
         base = await store.read("crash-session")
         assert len(base) == len(CRASH_PLAN)
         assert len({m.id for m in base}) == len(base)
@@ -179,5 +143,3 @@ async def test_sigkill_mid_plan_then_new_worker_completes_without_repeats(
             task = strip_directives(description)
             own = [m for m in finals if (m.content or "").startswith(f"Done: {task}.")]
             assert len(own) == 1, sid
-    finally:
-        await store.close()

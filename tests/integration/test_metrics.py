@@ -24,8 +24,7 @@ from durable_plans.domain.models import Budget, PlanStatus
 from durable_plans.testing import FakeProviderProcess
 from tests.integration.chaos_support import free_port
 from tests.integration.plans import make_plan, run_plan
-from tests.integration.test_crash import worker_env
-from tests.integration.workers import WorkerProcess
+from tests.integration.workers import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +61,7 @@ async def test_metrics_count_what_the_provider_served(
     tq = f"metrics-{uuid.uuid4().hex[:8]}"
     port = free_port()
     with FakeProviderProcess(tmp_path / "requests.jsonl") as provider:
-        env = {**worker_env(temporal_env, tmp_path, provider, tq), "DPLAN_METRICS_PORT": str(port)}
+        env = {**worker_env(client, tmp_path, provider, tq), "DPLAN_METRICS_PORT": str(port)}
         worker = WorkerProcess(env, tmp_path / "worker.log").start()
         try:
             await asyncio.to_thread(worker.wait_ready)

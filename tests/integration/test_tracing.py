@@ -38,8 +38,7 @@ from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.testing import FakeProviderProcess
 from tests.integration.chaos_support import wait_until
 from tests.integration.plans import make_plan
-from tests.integration.test_crash import worker_env
-from tests.integration.workers import WorkerProcess
+from tests.integration.workers import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.integration
 
@@ -145,7 +144,7 @@ async def test_one_trace_per_plan_through_a_sigkill_and_a_replay(
 
     with FakeProviderProcess(tmp_path / "requests.jsonl", latency_ms=300) as provider:
         base = {
-            **worker_env(temporal_env, tmp_path, provider, tq),
+            **worker_env(client, tmp_path, provider, tq),
             "DPLAN_SUBAGENT_MODEL": "openai/cheap-model",
             "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
             "OTEL_BSP_SCHEDULE_DELAY": "50",

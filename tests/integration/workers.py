@@ -9,11 +9,41 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
+from temporalio.client import Client
+
+from tests.integration.conftest import FAKE_KEY
 from tests.integration.prewarmed import PrewarmedProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def worker_env(
+    temporal: Client | str, tmp: Path, provider: HasBaseUrl, task_queue: str
+) -> dict[str, str]:
+    """The environment of one test's worker process: the server (a client of it, or its
+    address), its own task queue, the fake provider as its model endpoint, and its store,
+    workspace and state under ``tmp``; every worker started with it shares them."""
+    address = temporal if isinstance(temporal, str) else temporal.service_client.config.target_host
+    return {
+        "TEMPORAL_ADDRESS": address,
+        "DPLAN_TASK_QUEUE": task_queue,
+        "DPLAN_MODEL": "openai/fake-model",
+        "DPLAN_API_BASE": provider.base_url,
+        "DPLAN_API_KEY": FAKE_KEY,
+        "DPLAN_SESSION_STORE": str(tmp / "sessions.db"),
+        "DPLAN_WORKSPACE": str(tmp / "workspace"),
+        "DPLAN_STATE_DIR": str(tmp / "state"),
+    }
+
+
+class HasBaseUrl(Protocol):
+    """A fake provider in this process or in its own (``FakeProvider``,
+    ``FakeProviderProcess``)."""
+
+    @property
+    def base_url(self) -> str: ...
 
 
 class WorkerProcess:
