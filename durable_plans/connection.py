@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # temporalio costs ~0.25 s to import; settings are read without it
+if TYPE_CHECKING:  # temporalio is slow to import; settings are read without it
     from temporalio.envconfig import ClientConfigTLS
     from temporalio.service import TLSConfig
 

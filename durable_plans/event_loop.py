@@ -4,8 +4,8 @@ Everything a worker does outside its workflow threads happens on one event loop:
 SDK's activity and workflow task handling, every activity, the session store's futures,
 the HTTP to the provider. With five subtasks on two cores that loop's own overhead
 (selecting, scheduling callbacks, waking up for results from threads) is part of what the
-plan waits for; uvloop does the same work in C. Measured side by side, the same worker
-took about a tenth less CPU per subtask on it (bench/RESULTS.md, issue 15).
+plan waits for; uvloop does the same work in C, and the same worker spends less CPU per
+subtask on it (bench/RESULTS.md).
 
 ``DPLAN_EVENT_LOOP`` chooses: ``auto`` (uvloop if importable, the default), ``uvloop``
 (required: a clear error if it is missing) or ``asyncio`` (the standard loop, e.g. to rule

@@ -1,6 +1,6 @@
 """Activities of a conversation outside plans: append, switch agent, check a plan, read.
 
-The agent switch (seed 001) rewrites the session: tool traffic goes, user, system and
+The agent switch rewrites the session: tool traffic goes, user, system and
 plain assistant messages stay, the last result is kept once and a note is added. It
 first snapshots the session under an id derived from the note, and computes the switch
 from that snapshot, so a retried activity produces the same history and the same report

@@ -5,7 +5,7 @@ builds a logging object and runs its callbacks, resolves the provider and the mo
 price again, builds the request in a thread, sends it through the OpenAI SDK (which walks
 every message and tool schema through its type transforms) and computes the answer's
 cost, which the activity then computed a second time. With five subtasks on two cores,
-that CPU is what the plan waits for (bench/RESULTS.md, issue 15).
+that CPU is what the plan waits for (bench/RESULTS.md).
 
 ``LlmClient`` is built once per worker and keeps what can be known once:
 

@@ -3,7 +3,7 @@
 Temporal owns retries (litellm's are off), so it needs an honest verdict per failure:
 a rate limit or a dropped connection heals with time, while a bad request, a revoked key
 or an oversized context fails identically on every attempt and must fail the subtask
-at once (seed 002: never paper over it). The verdict is a pure mapping, unit-testable
+at once (a failure is reported, never papered over). The verdict is a pure mapping, unit-testable
 without Temporal; ``to_application_error`` turns it into what the activity raises.
 
 Exceptions are recognised by the class names in their MRO rather than by ``isinstance``

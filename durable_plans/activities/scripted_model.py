@@ -6,9 +6,9 @@ results → final answer). So the scripted model is a litellm custom provider, n
 shortcut around litellm: the activity code cannot tell it from a real provider.
 
 The turn logic (``plan_turn``) is pure and shared with the test-suite's fake HTTP
-provider, so the demo and the tests play the same agent. Like the careless model of
-seed 000 it gives every tool call the id ``call_abc123``; the orchestrator must make ids
-unique before they reach a provider, and the scripted model keeps that path honest.
+provider, so the demo and the tests play the same agent. Like a careless real model it
+gives every tool call the id ``call_abc123``; the orchestrator must make ids unique
+before they reach a provider, and the scripted model keeps that path honest.
 
 litellm is imported only inside functions (its import is slow and the workflow sandbox
 rejects it), with ``LITELLM_LOCAL_MODEL_COST_MAP`` set first so importing needs no network.

@@ -6,9 +6,9 @@ same specs to build requests. The built-ins here are the defaults; an agents fil
 :class:`AgentCatalog`. The model is not part of the built-ins: it comes from the worker's
 environment (``DPLAN_MODEL``) unless an agent file sets one.
 
-Tool *names* live here, not in ``activities.tool_registry``, because validation of agent
+Tool *names* live here, not in ``activities.tool_catalog``, because validation of agent
 files and plans runs in workflow code, which must not import the activities; a unit test
-keeps the two lists in step.
+keeps the two in step.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ WORKSPACE_TOOL_NAMES: Final[tuple[str, ...]] = (
 READ_ONLY_TOOL_NAMES: Final[tuple[str, ...]] = ("list_dir", "read_file", "search_files")
 
 DELEGATE_TOOL: Final = "delegate_to_sub_agent"
-"""An isolated request to the cheap sub-agent model: no tools, no history (seed 004)."""
+"""An isolated request to the cheap sub-agent model: no tools, no history."""
 SPAWN_TOOL: Final = "spawn_subagent"
-"""A nested SubtaskWorkflow with its own agent, session and tools (depth ≤ 3, seed 003)."""
+"""A nested SubtaskWorkflow with its own agent, session and tools (depth ≤ 3)."""
 ORCHESTRATION_TOOL_NAMES: Final[tuple[str, ...]] = (DELEGATE_TOOL, SPAWN_TOOL)
 
 KNOWN_TOOL_NAMES: Final[tuple[str, ...]] = (

@@ -1,6 +1,6 @@
 """An agents file in, an :class:`~domain.agents.AgentCatalog` out, every problem named.
 
-Agents are configuration (DESIGN.md, "Agents and tools"): a TOML, YAML or JSON file with
+Agents are configuration (docs/tools.md, "Agents"): a TOML, YAML or JSON file with
 one top-level ``agents`` table keyed by agent name overrides fields of the built-ins and
 adds new agents::
 

@@ -3,7 +3,7 @@
 Kept apart from the workflows and activities so both sides import the same pure types
 (the workflow sandbox never needs to load activity modules or litellm). Payloads carry
 ids, counters and short texts only; conversations stay in the session store, so no
-payload grows with the conversation (the failure mode of sdk-python#1890).
+payload grows with the conversation until it meets Temporal's payload size limit.
 """
 
 from __future__ import annotations

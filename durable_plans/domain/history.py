@@ -45,7 +45,7 @@ class DependencyResult(_Frozen):
 
 
 class AgentSwitchReport(_Frozen):
-    """Seed 001's report of what an agent switch did to the session."""
+    """What an agent switch did to the session: what it removed, kept and added."""
 
     removed_count: NonNegativeInt
     preserved_result: str | None
@@ -154,11 +154,12 @@ def isolate_for_subtask(
 ) -> list[Message]:
     """The history a subtask starts from: the conversation without anyone's tool traffic.
 
-    Seed 000: an earlier subtask's calls and results in the history led the model to
-    reuse an old ``tool_call_id`` and the provider to reject the request. Tool messages
-    and assistant ``tool_calls`` go; user, system and plain assistant messages stay in
-    order. Unlike the seed, an assistant message that said something *and* called tools
-    keeps its words as a plain message (same id); one that only called tools vanishes.
+    An earlier subtask's calls and results in the history lead a model to reuse an old
+    ``tool_call_id``, and a strict provider then rejects the request. Tool messages and
+    assistant ``tool_calls`` go; user, system and plain assistant messages stay in
+    order. An assistant message that said something *and* called tools keeps its words
+    as a plain message (same id): what it said is still part of the conversation; one
+    that only called tools vanishes.
     With dependencies, one system message ``context_id`` carrying their results ends
     the history.
     """
@@ -194,7 +195,7 @@ def switch_agent_cleanup(
     reason: str | None = None,
     note_id: str,
 ) -> tuple[list[Message], AgentSwitchReport]:
-    """Seed 001: hand the conversation to another agent without the old agent's tools.
+    """Hand the conversation to another agent without the old agent's tools.
 
     Tool messages and assistant ``tool_calls`` messages are removed; user, system and
     plain assistant messages are kept in order. The preserved result is the latest

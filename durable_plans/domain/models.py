@@ -283,8 +283,8 @@ class SubtaskResult(_Frozen):
 
     @model_validator(mode="after")
     def _truthful(self) -> SubtaskResult:
-        # Seed 002: "completed" with an error, or without a result, is the lie this
-        # project exists to prevent; make it unrepresentable.
+        # "completed" with an error, or without a result, is the lie this project
+        # exists to prevent; make it unrepresentable.
         if self.status is SubtaskStatus.COMPLETED and (
             self.error is not None or self.result is None
         ):

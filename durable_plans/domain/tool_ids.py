@@ -1,8 +1,8 @@
 """Tool-call id hygiene: what strict providers reject, and how we never send it.
 
-Seed 000's root cause: a model reused an old ``tool_call_id``; the history then held two
-assistant calls with one id, and OpenAI/Anthropic (through LiteLLM) rejected the whole
-request. Three defences live here, all pure:
+Models reuse old ``tool_call_id`` values; a history holding two assistant calls with
+one id is rejected whole by OpenAI and Anthropic (through LiteLLM). Three defences live
+here, all pure:
 
 * ``strict_violations`` states the providers' rules, so the test fake can reject like
   a real provider and callers can check a request before sending it;

@@ -40,8 +40,8 @@ SCHEMA_VERSION = 2
 _MIGRATION_LOCK_NAMESPACE = 0x64706C6E  # "dpln"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
-# snapshot_messages has no foreign key to snapshots on purpose: the per-row check made a
-# 10,000-message snapshot 2.5x slower (measured), and the only writers, snapshot() and
+# snapshot_messages has no foreign key to snapshots on purpose: the per-row check made big
+# snapshots several times slower (bench/RESULTS.md), and the only writers, snapshot() and
 # delete_snapshot(), keep parent and rows consistent within one transaction.
 _SCHEMA_V1 = (
     """CREATE TABLE IF NOT EXISTS sessions (
@@ -223,8 +223,8 @@ class PostgresSessionStore:
             server_settings={
                 "search_path": quoted,
                 # Sessions range from a few messages to tens of thousands. A generic plan
-                # cached while tables were small (nested loops) made a 10,000-message
-                # restore take 1.1 s instead of 30 ms; planning each call costs ~0.1 ms.
+                # cached while tables were small (nested loops) made restoring a long
+                # session many times slower; planning each call costs far less.
                 "plan_cache_mode": "force_custom_plan",
             },
         )

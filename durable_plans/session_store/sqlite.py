@@ -7,11 +7,11 @@ across store instances and processes.
 
 Where it runs: on the caller's event loop, on one connection, each operation whole (a
 read, or a write transaction from BEGIN to COMMIT) with no await inside, so operations of
-one store never interleave. A SQLite call on a file this size takes microseconds; handing
-each one to a thread cost far more than the call itself. One subtask's store traffic
-(``bench.store_cpu``) took 9–10 ms of CPU with aiosqlite (a thread hand-off per
-statement), 5.7 with a thread per connection and one hand-off per operation, and 2.4–4
-here. What could block the loop is kept off it: the connection has no busy timeout, so a
+one store never interleave. A SQLite call on a file this size is so short that handing
+each one to a thread costs far more than the call itself: one subtask's store traffic
+(``bench.store_cpu``) costs less CPU this way than with aiosqlite (a thread hand-off per
+statement) or with a thread per connection and one hand-off per operation. What could
+block the loop is kept off it: the connection has no busy timeout, so a
 lock held by another process is reported at once and waited out with ``asyncio.sleep``
 (``_when_unlocked``); the writes that copy or delete a whole session (snapshot, restore,
 replace, dropping a snapshot) run in a thread on a second connection (``_write_bulk``),
@@ -61,8 +61,8 @@ _PRAGMAS = (
 
 # Statements, not a script: executescript() would COMMIT the guarding transaction.
 # snapshot_messages has no foreign key to snapshots (as in the PostgreSQL store, where the
-# per-row check made big snapshots 2.5x slower); snapshot() and delete_snapshot() keep
-# parent and rows consistent within one transaction.
+# per-row check made big snapshots several times slower); snapshot() and delete_snapshot()
+# keep parent and rows consistent within one transaction.
 _SCHEMA_V1 = (
     """CREATE TABLE sessions (
         session_id TEXT PRIMARY KEY,
@@ -254,8 +254,8 @@ class SqliteSessionStore:
     async def _write_bulk(self, body: Callable[[sqlite3.Connection], T]) -> T:
         """``body`` in one ``BEGIN IMMEDIATE`` transaction, in a thread: for the writes
         whose work grows with a session (snapshot, restore, replace, dropping a snapshot),
-        which copy or delete every row of it in SQL: 70 ms at 10,000 messages, half a
-        second at 100,000 (bench.sessions), far too long to hold the event loop."""
+        which copy or delete every row of it in SQL: for a long session far too long to
+        hold the event loop (bench.sessions)."""
         await self._ensure_open()
         async with self._bulk_lock:
             self._check_open()
