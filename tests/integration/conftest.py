@@ -125,12 +125,14 @@ async def provider() -> AsyncIterator[FakeProvider]:
 
 
 def provider_settings(
-    client: Client, provider: FakeProvider, tmp: Path, *, prefix: str = "tq"
+    client: Client, provider: FakeProvider, tmp: Path, *, prefix: str = "tq", **changes: object
 ) -> Settings:
     """A worker's settings for one test: its own task queue, store and workspace under
-    ``tmp``, the fake provider as its model endpoint, the test server's address."""
+    ``tmp``, the fake provider as its model endpoint, the test server's address and
+    namespace; ``changes`` set whatever else the test is about (``Settings`` fields)."""
     settings = Settings(
         temporal_address=client.service_client.config.target_host,
+        temporal_namespace=client.namespace,
         task_queue=f"{prefix}-{uuid.uuid4().hex[:10]}",
         model="openai/fake-model",
         subagent_model="openai/cheap-model",
@@ -140,7 +142,7 @@ def provider_settings(
         workspace=tmp / "workspace",
         state_dir=tmp / "state",
         llm_timeout_s=30.0,
-    )
+    ).with_overrides(**changes)
     settings.workspace.mkdir(parents=True, exist_ok=True)
     return settings
 

@@ -49,12 +49,10 @@ from durable_plans.domain.models import (
 )
 from durable_plans.domain.tool_ids import strict_violations
 from durable_plans.session_store import SessionStore
-from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import SCRIPTED_MODEL, Settings
 from durable_plans.testing import FakeProvider, RecordedRequest
-from durable_plans.worker import build_worker
 from durable_plans.workflows import policies
-from tests.integration.conftest import FAKE_KEY, TimeSkipping
+from tests.integration.conftest import TimeSkipping, provider_settings, running_worker
 from tests.integration.plans import by_id, run_plan, workflow_status
 
 pytestmark = pytest.mark.integration
@@ -148,28 +146,16 @@ async def fault_harness(
     config = client.config()
     config["interceptors"] = [*config["interceptors"], recorder]
     recording = Client(**config)
-    settings = Settings(
-        task_queue=f"tq-{uuid.uuid4().hex[:10]}",
-        model="openai/fake-model",
-        subagent_model="openai/cheap-model",
+    settings = provider_settings(
+        recording,
+        provider,
+        tmp_path,
         api_base=api_base or provider.base_url,
-        api_key=FAKE_KEY,
-        session_store=str(tmp_path / "sessions.db"),
-        workspace=tmp_path / "workspace",
-        state_dir=tmp_path / "state",
         llm_timeout_s=LLM_TIMEOUT_S,
     )
-    settings.workspace.mkdir(parents=True, exist_ok=True)
     (settings.workspace / "README.md").write_text("# demo workspace\n")
-    store = await open_session_store(settings.session_store)
-    worker = build_worker(recording, settings, store)
-    task = asyncio.create_task(worker.run())
-    try:
+    async with running_worker(recording, settings) as (_, store):
         yield FaultHarness(recording, settings, store, provider, recorder)
-    finally:
-        await worker.shutdown()
-        await asyncio.gather(task, return_exceptions=True)
-        await store.close()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -7,7 +7,6 @@ the serialized history (where payload data are raw bytes) means a plaintext leak
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import io
@@ -20,7 +19,6 @@ import pytest
 from google.protobuf.message import Message as ProtoMessage
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
-from temporalio.worker import Worker
 
 from durable_plans.cli.replay_command import replay_command
 from durable_plans.domain.contracts import PlanInput
@@ -34,12 +32,10 @@ from durable_plans.payload_codec import (
 )
 from durable_plans.plugin import DurablePlansPlugin, client_carrying
 from durable_plans.sandbox_runner import ContextFreeSandboxedRunner
-from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
 from durable_plans.testing import FakeProvider
 from durable_plans.testing._fake_scenario import Completion, ScriptedScenario
-from durable_plans.worker import build_worker
-from tests.integration.conftest import FAKE_KEY
+from tests.integration.conftest import provider_settings, running_worker
 
 pytestmark = pytest.mark.integration
 
@@ -116,20 +112,8 @@ def codec_for(*keys: tuple[str, bytes]) -> EncryptionCodec:
 def settings_for(
     client: Client, tmp_path: Path, provider: FakeProvider, *keys: tuple[str, bytes]
 ) -> Settings:
-    return Settings(
-        temporal_address=client.service_client.config.target_host,
-        temporal_namespace=client.namespace,
-        task_queue=f"enc-{uuid.uuid4().hex[:10]}",
-        model="openai/fake-model",
-        subagent_model="openai/cheap-model",
-        api_base=provider.base_url,
-        api_key=FAKE_KEY,
-        session_store=str(tmp_path / "sessions.db"),
-        workspace=tmp_path / "workspace",
-        state_dir=tmp_path / "state",
-        llm_timeout_s=30.0,
-        payload_keys=PayloadKeyring.from_entries(list(keys)) if keys else None,
-    )
+    keyring = PayloadKeyring.from_entries(list(keys)) if keys else None
+    return provider_settings(client, provider, tmp_path, prefix="enc", payload_keys=keyring)
 
 
 @pytest.fixture
@@ -146,23 +130,16 @@ async def provider(secrets: Secrets) -> AsyncIterator[FakeProvider]:
 
 
 @contextlib.asynccontextmanager
-async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Client]:
+async def keyed_worker(client: Client, settings: Settings) -> AsyncIterator[Client]:
     """A worker with ``settings`` (and their keys) on the dev server; yields a client that
     encodes as that worker does (the plugin derives the codec from the settings)."""
     settings.workspace.mkdir(parents=True, exist_ok=True)
-    store = await open_session_store(settings.session_store)
-    worker: Worker = build_worker(client, settings, store)
-    # Our codec ignores the serialization context, so the worker skips the sandbox's
-    # per-payload context trips (sandbox_runner.py); these tests show the encoding holds.
-    runner = worker.config(active_config=True)["workflow_runner"]
-    assert type(runner) is ContextFreeSandboxedRunner
-    task = asyncio.create_task(worker.run())
-    try:
+    async with running_worker(client, settings) as (worker, _):
+        # Our codec ignores the serialization context, so the worker skips the sandbox's
+        # per-payload context trips (sandbox_runner.py); these tests show the encoding holds.
+        runner = worker.config(active_config=True)["workflow_runner"]
+        assert type(runner) is ContextFreeSandboxedRunner
         yield client_carrying(client, DurablePlansPlugin(settings=settings))
-    finally:
-        await worker.shutdown()
-        await asyncio.gather(task, return_exceptions=True)
-        await store.close()
 
 
 def secret_plan(secrets: Secrets) -> Plan:
@@ -183,7 +160,7 @@ async def test_the_server_stores_no_plaintext_and_the_key_reads_it_back(
 ) -> None:
     settings = settings_for(client, tmp_path, provider, OLD_KEY)
     plan = secret_plan(secrets)
-    async with running_worker(client, settings) as encrypting:
+    async with keyed_worker(client, settings) as encrypting:
         report = await encrypting.execute_workflow(
             "PlanWorkflow",
             PlanInput(plan=plan),
@@ -237,7 +214,7 @@ async def test_the_leak_check_finds_the_plaintext_of_a_plan_run_without_a_key(
     not vacuous)."""
     settings = settings_for(client, tmp_path, provider)
     plan = secret_plan(secrets)
-    async with running_worker(client, settings) as plain:
+    async with keyed_worker(client, settings) as plain:
         await plain.execute_workflow(
             "PlanWorkflow", PlanInput(plan=plan), id=plan.id, task_queue=settings.task_queue
         )
@@ -263,7 +240,7 @@ async def test_rotation_a_plan_written_under_the_old_key_is_read_after_a_new_one
         result_type=PlanReport,
     )
     rotated = dataclasses.replace(old, payload_keys=PayloadKeyring.from_entries([NEW_KEY, OLD_KEY]))
-    async with running_worker(client, rotated) as encrypting:
+    async with keyed_worker(client, rotated) as encrypting:
         report = await encrypting.get_workflow_handle(plan.id, result_type=PlanReport).result()
     assert report.status is PlanStatus.COMPLETED
     assert handle.id == plan.id

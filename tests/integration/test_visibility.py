@@ -11,7 +11,6 @@ import json
 import logging
 import subprocess
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,12 +25,14 @@ from durable_plans.client._visibility import check_search_attributes
 from durable_plans.domain import search_attributes as sa
 from durable_plans.domain.models import PlanStatus
 from durable_plans.plugin import DurablePlansPlugin
-from durable_plans.session_store.factory import open_session_store
-from durable_plans.settings import Settings
 from durable_plans.testing import FakeProvider
-from durable_plans.worker import build_worker
 from durable_plans.workflows.visibility import PROGRESS_INTERVAL
-from tests.integration.conftest import FAKE_KEY, Harness, temporal_binary
+from tests.integration.conftest import (
+    Harness,
+    provider_settings,
+    running_worker,
+    temporal_binary,
+)
 from tests.integration.plans import make_plan, run_plan
 from tests.integration.replay import assert_replays
 
@@ -236,25 +237,11 @@ async def test_without_registered_attributes_plans_run_with_one_warning_then_set
     )
     try:
         client = env.client
-        settings = Settings(
-            task_queue=f"tq-{uuid.uuid4().hex[:10]}",
-            model="openai/fake-model",
-            api_base=provider.base_url,
-            api_key=FAKE_KEY,
-            session_store=str(tmp_path / "sessions.db"),
-            workspace=tmp_path / "workspace",
-            state_dir=tmp_path / "state",
-        )
-        settings.workspace.mkdir(parents=True, exist_ok=True)
-        store = await open_session_store(settings.session_store)
-        worker = build_worker(client, settings, store)
+        settings = provider_settings(client, provider, tmp_path)
         caplog.set_level(logging.WARNING)
-        try:
-            async with worker:
-                plan = make_plan([*FAILING[2:], ("more", "Write more docs", ["docs"])])
-                report, failure = await run_plan(client, plan, settings.task_queue)
-        finally:
-            await store.close()
+        async with running_worker(client, settings):
+            plan = make_plan([*FAILING[2:], ("more", "Write more docs", ["docs"])])
+            report, failure = await run_plan(client, plan, settings.task_queue)
         assert failure is None and report.status is PlanStatus.COMPLETED
         warnings = [r for r in caplog.records if r.name == "dplan" and r.levelno >= logging.WARNING]
         assert len(warnings) == 1, [r.getMessage() for r in warnings]
