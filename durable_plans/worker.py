@@ -27,12 +27,13 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from durable_plans import event_loop, telemetry
+from durable_plans._errors import TemporalUnreachable
 from durable_plans.activities.log import configure_logging, get_logger
-from durable_plans.client._plans import TemporalUnreachable, connect
+from durable_plans.client._plans import connect
 from durable_plans.connection import describe_connection
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.plugin import DurablePlansPlugin, client_carrying
-from durable_plans.session_store import SessionStore
+from durable_plans.session_store import InvalidStoreTarget, SessionStore, SessionStoreUnavailable
 from durable_plans.session_store.factory import describe_store_target, open_session_store
 from durable_plans.settings import Settings, SettingsError
 
@@ -125,16 +126,19 @@ async def run_worker(
 ) -> None:
     """Run until SIGTERM/SIGINT or ``stop`` is set, then shut down gracefully.
 
-    Raises ``TemporalUnreachable`` when the server cannot be reached, and whatever made
-    the worker itself fail (it is never swallowed: a dead worker must not look alive).
+    Raises ``SessionStoreUnavailable`` when the session store cannot be opened,
+    ``TemporalUnreachable`` when the server cannot be reached, and whatever made the
+    worker itself fail (it is never swallowed: a dead worker must not look alive).
     """
     log = get_logger(component="worker")
     # Before connecting: the metrics runtime must be the one the client is built on.
     observed = telemetry.install(settings)
-    client = await connect(settings)
+    # The store first: it is this worker's own configuration, checked whether or not the
+    # server is up, and a worker without it could not run a single activity.
     store = await open_session_store(settings.session_store)
     stop = stop or asyncio.Event()
     try:
+        client = await connect(settings)
         worker = build_worker(client, settings, store, grace_period=grace_period)
         # Everything imported so far (litellm alone is millions of objects) lives as long
         # as the process: out of the collector's sight, each full collection stops
@@ -214,7 +218,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console entry point; exit 0 after a clean stop, 1 on a failure, 2 on bad config."""
+    """Console entry point; exit 0 after a clean stop, 1 on a failure, 2 on bad config.
+
+    Every failure it can name ends in one line on stderr saying what failed and why.
+    """
     args = _parse_args(argv)
     configure_logging(json=args.log_format == "json", level=args.log_level)
     try:
@@ -228,13 +235,16 @@ def main(argv: Sequence[str] | None = None) -> None:
             settings.event_loop,
         )
         # A clean stop exits here, skipping interpreter finalization, which the SDK's
-        # native threads can abort (sdk-python#300) and turn exit 0 into a crash.
+        # native threads can abort, turning exit 0 into a crash.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
-    except event_loop.EventLoopUnavailable as err:
+    except (event_loop.EventLoopUnavailable, InvalidStoreTarget) as err:
         print(f"dplan-worker: {err}", file=sys.stderr)
         sys.exit(2)
+    except SessionStoreUnavailable as err:  # its text names the store, never a password
+        print(f"dplan-worker: {err}", file=sys.stderr)
+        sys.exit(1)
     except TemporalUnreachable as err:
         print(
             f"dplan-worker: {err}\n"
