@@ -13,6 +13,7 @@ from durable_plans.domain.models import Budget, PlanStatus, SubtaskStatus, Usage
 from tests.integration.conftest import Harness
 from tests.integration.plans import by_id, make_plan, run_plan, workflow_status
 from tests.integration.replay import assert_replays
+from tests.integration.stored import subtask_messages, tool_answers
 
 pytestmark = pytest.mark.integration
 
@@ -35,8 +36,8 @@ async def test_delegation_is_an_isolated_request_to_the_cheap_model(harness: Har
     assert len(main) == 2 and all("tools" in (r.body or {}) for r in main)
 
     result = by_id(report)["notes"]
-    branch = await harness.store.read(result.session_id or "")
-    answers = [m for m in branch if m.role == "tool"]
+    branch = await subtask_messages(harness.store, report, "notes")
+    answers = tool_answers(branch)
     assert [m.name for m in answers] == ["delegate_to_sub_agent"]
     assert (answers[0].content or "").startswith("Done: Summarise the release notes")
     # The delegation's tokens are charged to the subtask (and the root's ledger).
@@ -141,7 +142,7 @@ async def test_malformed_tool_calls_reach_the_model_as_tool_errors(
     assert failure is None
     result = report.subtasks[0]
     assert result.status is SubtaskStatus.COMPLETED
-    branch = await harness.store.read(result.session_id or "")
+    branch = await subtask_messages(harness.store, report, "t")
     tool = next(m for m in branch if m.role == "tool")
     assert (tool.content or "").startswith(expected), tool.content
     # The model saw the error and answered with it in hand.
@@ -162,7 +163,7 @@ async def test_custom_agents_travel_with_the_plan(harness: Harness) -> None:
     )
 
     assert failure is None
-    branch = await harness.store.read(report.subtasks[0].session_id or "")
+    branch = await subtask_messages(harness.store, report, "review")
     assert branch[0].role == "system" and branch[0].content == reviewer.system_prompt
     tools_offered = {
         t["function"]["name"]

@@ -28,12 +28,12 @@ from durable_plans.domain.approvals import (
     WorkflowApprovals,
 )
 from durable_plans.domain.contracts import PlanInput
-from durable_plans.domain.models import Message, Plan, PlanReport, PlanStatus
-from durable_plans.session_store.factory import open_session_store
+from durable_plans.domain.models import Plan, PlanReport, PlanStatus
 from durable_plans.testing import FakeProviderProcess
 from tests.integration.conftest import Harness
 from tests.integration.plans import by_id, make_plan
 from tests.integration.replay import assert_replays
+from tests.integration.stored import opened_store, subtask_messages, tool_answers
 from tests.integration.workers import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.integration
@@ -62,14 +62,6 @@ async def start(harness: Harness, plan: Plan) -> WorkflowHandle[Any, PlanReport]
         task_queue=harness.task_queue,
         result_type=PlanReport,
     )
-
-
-async def branch_of(harness: Harness, report: PlanReport, sid: str) -> list[Message]:
-    return await harness.store.read(by_id(report)[sid].session_id or "")
-
-
-def tool_answers(messages: list[Message]) -> list[Message]:
-    return [m for m in messages if m.role == "tool"]
 
 
 async def test_approve_reject_edit_and_two_operators_at_once(harness: Harness) -> None:
@@ -137,15 +129,15 @@ async def test_approve_reject_edit_and_two_operators_at_once(harness: Harness) -
         Refused, match=r"not running: the call \(list_dir\) was already approved by alice at 20"
     ):
         await decide(harness.client, plan.id, "ok:0.0", approve=False, who="zoe", reason="late")
-    ok_answers = tool_answers(await branch_of(harness, report, "ok"))
+    ok_answers = tool_answers(await subtask_messages(harness.store, report, "ok"))
     assert len(ok_answers) == 1 and "README.md" in (ok_answers[0].content or "")
-    no_branch = await branch_of(harness, report, "no")
+    no_branch = await subtask_messages(harness.store, report, "no")
     no_answers = tool_answers(no_branch)
     assert len(no_answers) == 1
     assert (no_answers[0].content or "").startswith("error: this list_dir call did not run; bob")
     assert "not now" in (no_answers[0].content or "")
     assert "not now" in (by_id(report)["no"].result or "")  # the model read it and went on
-    edit_branch = await branch_of(harness, report, "edit")
+    edit_branch = await subtask_messages(harness.store, report, "edit")
     edit_answers = tool_answers(edit_branch)
     assert "edited.txt" in (edit_answers[0].content or "")
     assert "README.md" not in (edit_answers[0].content or "")
@@ -155,7 +147,9 @@ async def test_approve_reject_edit_and_two_operators_at_once(harness: Harness) -
         if m.role == "system" and "[approval]" in (m.content or "")
     ]
     assert len(notes) == 1 and "carol" in notes[0] and '{"path": "sub"}' in notes[0]
-    race_answer = tool_answers(await branch_of(harness, report, "race"))[0].content or ""
+    race_answer = (
+        tool_answers(await subtask_messages(harness.store, report, "race"))[0].content or ""
+    )
     assert ("README.md" in race_answer) is won[0].approved
 
     # The workflow keeps who decided what and when; a decided call cannot be decided again.
@@ -178,7 +172,7 @@ async def test_no_decision_within_the_timeout_rejects_the_call(harness: Harness)
     report = await handle.result()
 
     assert report.status is PlanStatus.COMPLETED
-    answers = tool_answers(await branch_of(harness, report, "slow"))
+    answers = tool_answers(await subtask_messages(harness.store, report, "slow"))
     assert len(answers) == 1
     assert "nobody approved it in time (no decision within 0.5 s (approval_timeout))" in (
         answers[0].content or ""
@@ -227,11 +221,8 @@ async def test_a_waiting_call_survives_a_sigkilled_worker(
             if second is not None:
                 second.stop()
     assert report.status is PlanStatus.COMPLETED
-    store = await open_session_store(str(tmp_path / "sessions.db"))
-    try:
-        answers = tool_answers(await store.read(by_id(report)["w"].session_id or ""))
-    finally:
-        await store.close()
+    async with opened_store(tmp_path / "sessions.db") as store:
+        answers = tool_answers(await subtask_messages(store, report, "w"))
     assert len(answers) == 1 and "README.md" in (answers[0].content or "")
 
 

@@ -21,6 +21,7 @@ from tests.integration.conftest import Harness
 from tests.integration.gates import GatedProvider, any_of, first_call_of
 from tests.integration.plans import by_id, make_plan, run_plan, workflow_status
 from tests.integration.replay import assert_replays
+from tests.integration.stored import subtask_messages
 
 pytestmark = pytest.mark.integration
 
@@ -156,7 +157,7 @@ async def test_sequential_subtasks_with_id_reusing_model_are_never_rejected(
     # Every tool call id the model sent back was "call_abc123"; none reached the session.
     ids = [
         c.id
-        for m in await harness.store.read(by_id(report)["two"].session_id or "")
+        for m in await subtask_messages(harness.store, report, "two")
         for c in (m.tool_calls or ())
     ]
     assert len(ids) == 2 and len(set(ids)) == 2
@@ -193,8 +194,8 @@ async def test_parallel_subtasks_are_isolated_and_merge_in_plan_order(harness: H
     report, failure = await run_plan(harness.client, plan, harness.task_queue)
 
     assert failure is None
-    left = await store.read(by_id(report)["left"].session_id or "")
-    right = await store.read(by_id(report)["right"].session_id or "")
+    left = await subtask_messages(store, report, "left")
+    right = await subtask_messages(store, report, "right")
     left_ids = {m.id for m in left}
     right_ids = {m.id for m in right}
     assert left_ids.isdisjoint(right_ids)
