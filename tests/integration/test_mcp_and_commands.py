@@ -28,13 +28,12 @@ from durable_plans.client._approvals import PendingCall, decide, pending_calls
 from durable_plans.domain.agents_loader import load_agents_file
 from durable_plans.domain.models import Plan, PlanStatus, Subtask
 from durable_plans.session_store import SessionStore
-from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
 from durable_plans.testing import FakeProvider
-from durable_plans.worker import build_worker
-from tests.integration.conftest import FAKE_KEY
+from tests.integration.conftest import FAKE_KEY, running_worker
 from tests.integration.plans import by_id, run_plan
 from tests.integration.replay import assert_replays
+from tests.integration.stored import subtask_messages, tool_answers
 
 pytestmark = pytest.mark.integration
 
@@ -56,15 +55,8 @@ async def worker(
         llm_timeout_s=30.0,
         **settings,  # type: ignore[arg-type]
     )
-    store = await open_session_store(s.session_store)
-    w = build_worker(client, s, store)
-    task = asyncio.create_task(w.run())
-    try:
+    async with running_worker(client, s) as (_, store):
         yield s, store
-    finally:
-        await w.shutdown()
-        await asyncio.gather(task, return_exceptions=True)
-        await store.close()
 
 
 def _git_repo(path: Path) -> Path:
@@ -137,7 +129,7 @@ mcp = ["time", "git/git_status", "git/git_log"]
                 client, plan, settings.task_queue, agents=catalog.agents
             )
             assert failure is None, failure
-            branch = await store.read(by_id(report)["look"].session_id or "")
+            branch = await subtask_messages(store, report, "look")
         assert report.status is PlanStatus.COMPLETED
 
         # The model was offered exactly the granted tools, as the servers described them.
@@ -181,7 +173,7 @@ async def test_the_fix_a_failing_test_example_runs_offline(client: Client, tmp_p
             client, plan, settings.task_queue, agents=load_agents_file(agents).agents
         )
         assert failure is None, failure
-        branch = await store.read(by_id(report)["fix"].session_id or "")
+        branch = await subtask_messages(store, report, "fix")
     runs = [m.content or "" for m in branch if m.role == "tool" and m.name == "run_command"]
     assert len(runs) == 2
     assert "exit code 1" in runs[0] and "FAIL: test_adds_two_numbers" in runs[0]
@@ -233,10 +225,9 @@ async def test_run_command_waits_for_approval_by_default(client: Client, tmp_pat
         report, failure = await result
         assert failure is None, failure
         answers = {
-            sid: [m.content or "" for m in await store.read(by_id(report)[sid].session_id or "")
-                  if m.role == "tool"]
+            sid: [m.content or "" for m in tool_answers(await subtask_messages(store, report, sid))]
             for sid in ("yes", "no")
-        }  # fmt: skip
+        }
     assert (workspace / "edited").exists()  # the approver's arguments ran, not the model's
     assert not (workspace / "a").exists() and not (workspace / "b").exists()
     assert "exit code 0" in answers["yes"][0]
