@@ -5,8 +5,8 @@ register its activities. The workflow module imports this one through the sandbo
 passthrough, so every workflow run drives this same instance. Built in the workflow module
 instead, the sandbox (which re-imports a workflow's module for each run) would rebuild the
 agent and, with it, the OpenAI client's ``httpx`` client and its TLS context for every
-child: about 80 ms of worker CPU per subtask on the benchmark machine, a cost of the setup,
-not of the integration. The OpenAI Agents peer likewise builds its client once, in its plugin.
+child: worker CPU per subtask that belongs to the setup, not to the integration. The
+OpenAI Agents peer likewise builds its client once, in its plugin.
 
 Reads ``PEER_API_BASE``, ``PEER_API_KEY`` (at import; the defaults serve the benchmark
 process, which imports the peer only to start plans) and ``PEER_WORKSPACE`` (in the tool).

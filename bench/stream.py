@@ -1,4 +1,4 @@
-"""What streaming costs and what it buys (issue 13): time to first text in ``dplan chat``,
+"""What streaming costs and what it buys: time to first text in ``dplan chat``,
 and the worker CPU each streamed LLM call adds.
 
     python -m bench.stream [--short] [--messages 10] [--layers 4] [--width 4]

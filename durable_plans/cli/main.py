@@ -623,8 +623,9 @@ def console_main() -> None:
     """Entry point of the ``dplan`` console script and ``python -m durable_plans.cli``.
 
     Exits with ``os._exit`` once output is flushed: the Temporal SDK's native threads can
-    abort the interpreter's normal finalization (sdk-python#300), which would turn a
-    finished command's exit code into a crash after its report was printed.
+    abort the interpreter's normal finalization ("PyGILState_Release ... finalizing"),
+    which would turn a finished command's exit code into a crash after its report was
+    printed.
     """
     import os
 

@@ -1,8 +1,8 @@
 """Watching a plan run: a live table on a terminal, plain lines anywhere else.
 
 The display only ever shows what the workflow reports through its ``status`` query, so a
-person sees exactly what Temporal knows, never an optimistic guess made by the CLI (seed
-002: a UI that said "8/8 completed" while the plan had failed).
+person sees exactly what Temporal knows, never an optimistic guess made by the CLI: a
+display that says "8/8 completed" while the plan failed is the one thing it must not do.
 
 On a terminal the table redraws in place; in a pipe, CI log or file each subtask's status
 change becomes one plain line with no ANSI codes, so logs stay greppable.

@@ -76,8 +76,8 @@ async def chaos_round(seed: int, client: Client, address: str, tmp: Path, log: R
         run_id = plan_run_id(plan, handle.first_execution_run_id)
         if by_delay:
             # A random moment, but never later than when 3 requests remain: the plan must
-            # still be running at the kill, and how long it takes is the worker's speed
-            # (since issue 15, a 10-subtask seed finished inside 1.9 s).
+            # still be running at the kill, and how long it takes is the worker's speed (a
+            # fast worker finishes a 10-subtask seed inside the longest random delay).
             try:
                 await crew.wait_for_completions(expected - 3, timeout_s=delay_s)
                 moment = f"at {expected - 3} completions, before {delay_s:.2f}s"

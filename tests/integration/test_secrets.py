@@ -355,7 +355,7 @@ async def test_the_key_reaches_the_provider_and_nothing_else(
     assert ok_report.status is PlanStatus.COMPLETED, ok_report
     assert deleg_report.status is PlanStatus.COMPLETED, deleg_report
     # Exit 1 (plan failed). A short-lived Temporal client process may instead abort while
-    # the interpreter finalizes (temporalio/sdk-python#300: "PyGILState_Release ...
+    # the interpreter finalizes (the SDK's native threads: "PyGILState_Release ...
     # finalizing") after the report is written; that is not what this test is about.
     crashed_at_exit = cli.returncode == -6 and b"runtime state: finalizing" in cli_err
     assert cli.returncode == 1 or crashed_at_exit, cli_err.decode()

@@ -1,4 +1,4 @@
-"""SessionWorkflow on a real server: turns, agent switches (seed 001), plans from a goal."""
+"""SessionWorkflow on a real server: turns, agent switches, plans from a goal."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Plans and sessions started by any Temporal client, with any input (issue 11, item 1).
+"""Plans and sessions started by any Temporal client, with any input.
 
 A plan file starts with the real ``temporal`` CLI and its report comes back with
 ``temporal workflow result``; malformed inputs, sent as a foreign client would send them,
