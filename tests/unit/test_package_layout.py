@@ -22,6 +22,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIR = REPO_ROOT / "durable_plans"
 GENERIC = frozenset(
@@ -166,3 +168,29 @@ def test_the_promised_folders_are_real_package_folders() -> None:
         assert init.is_file() and not init.is_symlink(), name
     for name in ("settings.py", "worker.py", "plugin.py"):
         assert (PACKAGE_DIR / name).is_file(), name
+
+
+def _imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("name", ["settings.py", "worker.py", "plugin.py", "client"])
+def test_the_core_imports_nothing_from_the_command_line(name: str) -> None:
+    """The CLI is a layer over the client and the worker, never under them: a service that
+    embeds durable-plans must not load (or depend on) the terminal front end."""
+    target = PACKAGE_DIR / name
+    files = sorted(target.rglob("*.py")) if target.is_dir() else [target]
+    for path in files:
+        cli = sorted(
+            m
+            for m in _imported_modules(path)
+            if m == "durable_plans.cli" or m.startswith("durable_plans.cli.")
+        )
+        assert not cli, f"{path.relative_to(REPO_ROOT)} imports {cli}"
