@@ -78,6 +78,7 @@ from durable_plans.domain.text_formats import (
     parse_json,
     parse_yaml,
     quote,
+    read_text_file,
 )
 from durable_plans.domain.tools_config import (
     ENV_NAME,
@@ -152,32 +153,14 @@ def load_agents_file(path: str | Path) -> AgentCatalog:
         raise AgentsFileError(
             [f"{name}: unsupported agents file type ({got}); use .toml, .yaml, .yml or .json"]
         )
-    text = _read_text(p, name)
+    try:
+        text = read_text_file(
+            p, noun="agents file", not_a="an agents file", limit=MAX_AGENTS_FILE_BYTES
+        )
+    except TextFormatError as err:
+        raise AgentsFileError(err.problems) from None
     data = parse_agents_text(text, fmt=fmt, source=name)
     return parse_agents_data(data, source=name)
-
-
-def _read_text(p: Path, name: str) -> str:
-    try:
-        if p.is_dir():
-            raise AgentsFileError([f"{name}: is a directory, not an agents file"])
-        size = p.stat().st_size
-        if size > MAX_AGENTS_FILE_BYTES:
-            raise AgentsFileError(
-                [f"{name}: agents file is too large ({size} bytes, limit {MAX_AGENTS_FILE_BYTES})"]
-            )
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise AgentsFileError([f"{name}: no such file"]) from None
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise AgentsFileError([f"{name}: cannot read the file: {reason}"]) from None
-    try:
-        return raw.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as exc:
-        raise AgentsFileError(
-            [f"{name}: not UTF-8 text (invalid byte at offset {exc.start})"]
-        ) from None
 
 
 # --------------------------------------------------------------------------- parsing

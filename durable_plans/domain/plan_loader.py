@@ -43,7 +43,13 @@ from durable_plans.domain.problems import (
     unknown_name,
 )
 from durable_plans.domain.scheduling import CYCLE_DISPLAY_LIMIT, find_cycles, format_cycle
-from durable_plans.domain.text_formats import TextFormatError, parse_json, parse_yaml, quote
+from durable_plans.domain.text_formats import (
+    TextFormatError,
+    parse_json,
+    parse_yaml,
+    quote,
+    read_text_file,
+)
 
 MAX_PLAN_BYTES: Final = 4 * 1024 * 1024
 MAX_SUBTASKS: Final = 2000
@@ -128,33 +134,11 @@ def _parse_yaml(text: str, source: str) -> Any:
 
 def read_plan_file(path: str | Path) -> dict[str, Any]:
     """Read and decode a plan file without building the Plan (the CLI reports on raw data)."""
-    name = str(path)
-    p = Path(path)
     try:
-        if p.is_dir():
-            raise PlanValidationError([f"{name}: is a directory, not a plan file"])
-        size = p.stat().st_size
-        if size > MAX_PLAN_BYTES:
-            raise PlanValidationError(
-                [f"{name}: plan is too large ({size} bytes, limit {MAX_PLAN_BYTES})"]
-            )
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise PlanValidationError([f"{name}: no such file"]) from None
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise PlanValidationError([f"{name}: cannot read the file: {reason}"]) from None
-    if len(raw) > MAX_PLAN_BYTES:  # grew between stat and read
-        raise PlanValidationError(
-            [f"{name}: plan is too large ({len(raw)} bytes, limit {MAX_PLAN_BYTES})"]
-        )
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PlanValidationError(
-            [f"{name}: not UTF-8 text (invalid byte at offset {exc.start})"]
-        ) from None
-    return parse_plan_text(text, source=name)
+        text = read_text_file(path, noun="plan", not_a="a plan file", limit=MAX_PLAN_BYTES)
+    except TextFormatError as err:
+        raise PlanValidationError(err.problems) from None
+    return parse_plan_text(text, source=str(path))
 
 
 def load_plan_file(

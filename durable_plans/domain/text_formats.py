@@ -4,8 +4,10 @@ Plan files and agents files share this: a syntax error is one line with its posi
 key given twice is named rather than silently overwritten, and none of the parsers'
 stranger failures (a bad value for an explicit YAML tag, a control character, an integer
 too long to convert, absurd nesting) escapes as anything but a ``TextFormatError``.
-Each loader turns that into its own error type. Pure: no I/O; PyYAML is imported only
-when YAML is actually parsed (workflow code imports the loaders but never parses text).
+Each loader turns that into its own error type. Reading the file a person named fails
+alike too (a directory, no such file, too large, not UTF-8: :func:`read_text_file`, the
+only function here that does I/O). PyYAML is imported only when YAML is actually parsed
+(workflow code imports the loaders but never parses text).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from functools import cache
+from pathlib import Path
 from typing import Any, Final
 
 QUOTE_LIMIT: Final = 60
@@ -36,6 +39,40 @@ def quote(value: object) -> str:
 
 def one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def read_text_file(path: str | Path, *, noun: str, not_a: str, limit: int) -> str:
+    """The UTF-8 text of a file a person named (``limit`` bytes at most), BOM removed.
+
+    Raises TextFormatError with one line starting with the path: ``is a directory, not
+    {not_a}``, ``{noun} is too large (N bytes, limit L)``, ``no such file``, ``cannot read
+    the file: why`` or ``not UTF-8 text (invalid byte at offset N)``.
+    """
+    name = str(path)
+    p = Path(path)
+
+    def too_large(size: int) -> TextFormatError:
+        return TextFormatError([f"{name}: {noun} is too large ({size} bytes, limit {limit})"])
+
+    try:
+        if p.is_dir():
+            raise TextFormatError([f"{name}: is a directory, not {not_a}"])
+        if (size := p.stat().st_size) > limit:
+            raise too_large(size)
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise TextFormatError([f"{name}: no such file"]) from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise TextFormatError([f"{name}: cannot read the file: {reason}"]) from None
+    if len(raw) > limit:  # it grew between stat and read
+        raise too_large(len(raw))
+    try:
+        return raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise TextFormatError(
+            [f"{name}: not UTF-8 text (invalid byte at offset {exc.start})"]
+        ) from None
 
 
 def parse_json(text: str, source: str) -> Any:
