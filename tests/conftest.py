@@ -12,6 +12,7 @@ import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -37,12 +38,7 @@ async def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
     if request.param == "sqlite":
         yield str(tmp_path / "store" / "sessions.db")
         return
-    asyncpg = pytest.importorskip("asyncpg")
-    dsn = os.environ.get(PG_DSN_ENV, DEFAULT_PG_DSN)
-    try:
-        admin = await asyncpg.connect(dsn, timeout=5)
-    except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
-        pytest.skip(f"PostgreSQL not reachable at {describe_store_target(dsn)}: {exc}")
+    dsn, admin = await _pg_connection()
     schema = f"t_{uuid.uuid4().hex}"
     separator = "&" if "?" in dsn else "?"
     try:
@@ -53,16 +49,21 @@ async def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
 
 
 @pytest.fixture
-async def pg_dsn() -> AsyncIterator[str]:
+async def pg_dsn() -> str:
     """The DSN of a reachable PostgreSQL server (skipped, with the reason, without one)."""
+    dsn, conn = await _pg_connection()
+    await conn.close()
+    return dsn
+
+
+async def _pg_connection() -> tuple[str, Any]:
+    """The test server's DSN and a connection to it; the test is skipped without one."""
     asyncpg = pytest.importorskip("asyncpg")
     dsn = os.environ.get(PG_DSN_ENV, DEFAULT_PG_DSN)
     try:
-        conn = await asyncpg.connect(dsn, timeout=5)
+        return dsn, await asyncpg.connect(dsn, timeout=5)
     except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
         pytest.skip(f"PostgreSQL not reachable at {describe_store_target(dsn)}: {exc}")
-    await conn.close()
-    yield dsn
 
 
 def closed_port() -> int:
