@@ -15,20 +15,22 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from durable_plans.domain import search_attributes
+from durable_plans.domain.models import Plan, PlanReport
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
 from durable_plans.testing import FakeProvider
 from durable_plans.worker import build_worker
+from tests.integration.plans import start_plan_workflow
 
 if TYPE_CHECKING:  # chaos_crew imports this module (FAKE_KEY): no import at run time
     from tests.integration.chaos_crew import RoundLog
@@ -116,6 +118,9 @@ class Harness:
     @property
     def task_queue(self) -> str:
         return self.settings.task_queue
+
+    async def start(self, plan: Plan, **input_fields: Any) -> WorkflowHandle[Any, PlanReport]:
+        return await start_plan_workflow(self.client, plan, self.task_queue, **input_fields)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
 from durable_plans.domain.contracts import PlanInput
@@ -35,19 +35,27 @@ def make_plan(
     )
 
 
+async def start_plan_workflow(
+    client: Client, plan: Plan, task_queue: str, **input_fields: Any
+) -> WorkflowHandle[Any, PlanReport]:
+    """Start ``plan`` on ``task_queue`` under its own id; ``input_fields`` are the other
+    ``PlanInput`` fields (agents, budget...)."""
+    return await client.start_workflow(
+        "PlanWorkflow",
+        PlanInput(plan=plan, **input_fields),
+        id=plan.id,
+        task_queue=task_queue,
+        result_type=PlanReport,
+    )
+
+
 async def run_plan(
     client: Client, plan: Plan, task_queue: str, **input_fields: Any
 ) -> tuple[PlanReport, ApplicationError | None]:
     """Run to the end; a failed plan returns its report from the PlanFailed details."""
+    handle = await start_plan_workflow(client, plan, task_queue, **input_fields)
     try:
-        report = await client.execute_workflow(
-            "PlanWorkflow",
-            PlanInput(plan=plan, **input_fields),
-            id=plan.id,
-            task_queue=task_queue,
-            result_type=PlanReport,
-        )
-        return report, None
+        return await handle.result(), None
     except WorkflowFailureError as err:
         cause = err.cause
         assert isinstance(cause, ApplicationError), f"unexpected failure cause: {cause!r}"

@@ -16,11 +16,11 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, PlanReport
 from durable_plans.settings import Settings
 from durable_plans.testing import AgentScenario, ChatRequest, FakeProvider, HttpError, Reply
 from tests.integration.conftest import provider_settings, running_worker
+from tests.integration.plans import start_plan_workflow
 
 NEEDS_KEY = "[needs-key]"
 DOWN = "[down]"
@@ -58,13 +58,7 @@ class Rig:
     gate: KeyGate
 
     async def start(self, plan: Plan, **fields: Any) -> WorkflowHandle[Any, PlanReport]:
-        return await self.client.start_workflow(
-            "PlanWorkflow",
-            PlanInput(plan=plan, **fields),
-            id=plan.id,
-            task_queue=self.settings.task_queue,
-            result_type=PlanReport,
-        )
+        return await start_plan_workflow(self.client, plan, self.settings.task_queue, **fields)
 
 
 @asynccontextmanager

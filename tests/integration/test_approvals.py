@@ -11,10 +11,9 @@ import time
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans import Refused
@@ -27,11 +26,10 @@ from durable_plans.domain.approvals import (
     ApprovalPolicy,
     WorkflowApprovals,
 )
-from durable_plans.domain.contracts import PlanInput
-from durable_plans.domain.models import Plan, PlanReport, PlanStatus
+from durable_plans.domain.models import PlanStatus
 from durable_plans.testing import FakeProviderProcess
 from tests.integration.conftest import Harness
-from tests.integration.plans import by_id, make_plan
+from tests.integration.plans import by_id, make_plan, start_plan_workflow
 from tests.integration.replay import assert_replays
 from tests.integration.stored import opened_store, subtask_messages, tool_answers
 from tests.integration.workers import WorkerProcess, worker_env
@@ -54,16 +52,6 @@ async def wait_pending(client: Client, plan_id: str, n: int) -> list[PendingCall
     raise AssertionError(f"expected {n} waiting calls, saw {rows}")
 
 
-async def start(harness: Harness, plan: Plan) -> WorkflowHandle[Any, PlanReport]:
-    return await harness.client.start_workflow(
-        "PlanWorkflow",
-        PlanInput(plan=plan),
-        id=plan.id,
-        task_queue=harness.task_queue,
-        result_type=PlanReport,
-    )
-
-
 async def test_approve_reject_edit_and_two_operators_at_once(harness: Harness) -> None:
     sub = harness.settings.workspace / "sub"
     sub.mkdir()
@@ -74,7 +62,7 @@ async def test_approve_reject_edit_and_two_operators_at_once(harness: Harness) -
     plan = make_plan(steps, prefix="approve").model_copy(
         update={"approval": ApprovalPolicy(tools=("list_dir",))}
     )
-    handle = await start(harness, plan)
+    handle = await harness.start(plan)
 
     rows = await wait_pending(harness.client, plan.id, 4)
     by_call = {r.subtask: r for r in rows}
@@ -168,7 +156,7 @@ async def test_no_decision_within_the_timeout_rejects_the_call(harness: Harness)
     plan = make_plan([("slow", "Look at the workspace", [])], prefix="timeout").model_copy(
         update={"approval": ApprovalPolicy(tools="all", timeout_s=0.5)}
     )
-    handle = await start(harness, plan)
+    handle = await harness.start(plan)
     report = await handle.result()
 
     assert report.status is PlanStatus.COMPLETED
@@ -201,13 +189,7 @@ async def test_a_waiting_call_survives_a_sigkilled_worker(
         second: WorkerProcess | None = None
         try:
             first.wait_ready()
-            handle = await client.start_workflow(
-                "PlanWorkflow",
-                PlanInput(plan=plan),
-                id=plan.id,
-                task_queue=tq,
-                result_type=PlanReport,
-            )
+            handle = await start_plan_workflow(client, plan, tq)
             rows = await wait_pending(client, plan.id, 1)
             first.kill()
             second = WorkerProcess(env, tmp_path / "worker-2.log").start()
@@ -246,7 +228,7 @@ async def test_the_commands_list_scrubbed_arguments_and_record_the_operator(
         [("peek", f"Read the key file [call:read_file] OPENAI_API_KEY={secret}", [])],
         prefix="approve-cli",
     ).model_copy(update={"approval": ApprovalPolicy(tools=("read_file",), timeout_s=3600)})
-    handle = await start(harness, plan)
+    handle = await harness.start(plan)
     await wait_pending(harness.client, plan.id, 1)
 
     def dplan(*args: str) -> Awaitable[tuple[int, str, str]]:

@@ -13,12 +13,11 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.ids import branch_session_id
-from durable_plans.domain.models import PlanReport, PlanStatus
+from durable_plans.domain.models import PlanStatus
 from durable_plans.testing import FakeProviderProcess, strip_directives
 from tests.integration.chaos_support import plan_run_id
-from tests.integration.plans import make_plan
+from tests.integration.plans import make_plan, start_plan_workflow
 from tests.integration.stored import opened_store, stored_answers
 from tests.integration.workers import WorkerProcess, worker_env
 
@@ -71,13 +70,7 @@ async def test_sigkill_mid_plan_then_new_worker_completes_without_repeats(
         second: WorkerProcess | None = None
         try:
             first.wait_ready()
-            handle = await client.start_workflow(
-                "PlanWorkflow",
-                PlanInput(plan=plan),
-                id=plan.id,
-                task_queue=tq,
-                result_type=PlanReport,
-            )
+            handle = await start_plan_workflow(client, plan, tq)
             await wait_for_completions(provider, 6, timeout_s=60)
             first.kill()
             killed_after = len(provider.log_entries())

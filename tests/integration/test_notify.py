@@ -28,7 +28,6 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from durable_plans.activities.log import configure_logging
 from durable_plans.cli.run_command import status_command
 from durable_plans.client._plans import notification_outcome
-from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.ids import plan_run_id, webhook_message_id
 from durable_plans.domain.models import (
     DeliveryOutcome,
@@ -70,16 +69,6 @@ def secret_env(monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
 def with_notify(plan: Plan, url: str, env: str, deliver_for_s: float | None = None) -> Plan:
     notify = Notify(webhook=url, secret_env=env, deliver_for_s=deliver_for_s)
     return plan.model_copy(update={"notify": notify})
-
-
-async def start(harness: Harness, plan: Plan) -> WorkflowHandle[Any, PlanReport]:
-    return await harness.client.start_workflow(
-        "PlanWorkflow",
-        PlanInput(plan=plan),
-        id=plan.id,
-        task_queue=harness.task_queue,
-        result_type=PlanReport,
-    )
 
 
 async def finish(handle: WorkflowHandle[Any, PlanReport]) -> tuple[PlanReport, str]:
@@ -153,7 +142,7 @@ async def test_completed_plan_is_delivered_after_failed_attempts(
     script = [Answer(500, body="oops"), Answer(429, {"Retry-After": "1"}), Answer(200)]
     async with WebhookReceiver(secret, script) as receiver:
         plan = with_notify(make_plan([("a", "Write the code", [])]), receiver.url, env)
-        handle = await start(harness, plan)
+        handle = await harness.start(plan)
         report, ended = await finish(handle)
 
     assert ended == "completed" and report.status is PlanStatus.COMPLETED
@@ -183,7 +172,7 @@ async def test_failed_plan_is_delivered_to_a_receiver_that_comes_up_later(
         url,
         env,
     )
-    handle = await start(harness, plan)
+    handle = await harness.start(plan)
 
     async def refused_twice() -> bool:
         description = await handle.describe()
@@ -214,7 +203,7 @@ async def test_a_refused_delivery_fails_without_changing_the_plan(
     env, secret = secret_env
     async with WebhookReceiver(secret, [Answer(400, body="unknown plan")]) as receiver:
         plan = with_notify(make_plan([("a", "Write the code", [])]), receiver.url, env)
-        handle = await start(harness, plan)
+        handle = await harness.start(plan)
         report, ended = await finish(handle)
 
     assert ended == "completed" and report.status is PlanStatus.COMPLETED
@@ -250,7 +239,7 @@ async def test_cancelled_plan_is_delivered(harness: Harness, secret_env: tuple[s
             receiver.url,
             env,
         )
-        handle = await start(harness, plan)
+        handle = await harness.start(plan)
         await wait_until(lambda: held.arrived > 0, timeout_s=60, what="the first LLM call")
         await handle.cancel()
         with pytest.raises(WorkflowFailureError) as info:
@@ -276,7 +265,7 @@ async def test_delivery_gives_up_when_its_window_closes(
         plan = with_notify(
             make_plan([("a", "Write the code", [])]), receiver.url, env, deliver_for_s=2
         )
-        report, ended = await finish(await start(harness, plan))
+        report, ended = await finish(await harness.start(plan))
 
     assert ended == "completed" and report.status is PlanStatus.COMPLETED
     assert receiver.received and all(r.answered == 503 for r in receiver.received)
@@ -293,7 +282,7 @@ async def test_a_missing_secret_fails_the_delivery_not_the_plan(harness: Harness
     env = f"DPLAN_TEST_UNSET_{uuid.uuid4().hex[:8].upper()}"
     async with WebhookReceiver(new_secret(), [Answer(200)]) as receiver:
         plan = with_notify(make_plan([("a", "Write the code", [])]), receiver.url, env)
-        report, ended = await finish(await start(harness, plan))
+        report, ended = await finish(await harness.start(plan))
 
     assert ended == "completed" and report.status is PlanStatus.COMPLETED
     assert receiver.received == []

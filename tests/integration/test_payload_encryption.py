@@ -36,6 +36,7 @@ from durable_plans.settings import Settings
 from durable_plans.testing import FakeProvider
 from durable_plans.testing._fake_scenario import Completion, ScriptedScenario
 from tests.integration.conftest import provider_settings, running_worker
+from tests.integration.plans import start_plan_workflow
 
 pytestmark = pytest.mark.integration
 
@@ -232,13 +233,7 @@ async def test_rotation_a_plan_written_under_the_old_key_is_read_after_a_new_one
     old = settings_for(client, tmp_path, provider, OLD_KEY)
     plan = secret_plan(secrets)
     starter = client_carrying(client, DurablePlansPlugin(settings=old))
-    handle = await starter.start_workflow(
-        "PlanWorkflow",
-        PlanInput(plan=plan),
-        id=plan.id,
-        task_queue=old.task_queue,
-        result_type=PlanReport,
-    )
+    handle = await start_plan_workflow(starter, plan, old.task_queue)
     rotated = dataclasses.replace(old, payload_keys=PayloadKeyring.from_entries([NEW_KEY, OLD_KEY]))
     async with keyed_worker(client, rotated) as encrypting:
         report = await encrypting.get_workflow_handle(plan.id, result_type=PlanReport).result()

@@ -21,7 +21,6 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 
 from durable_plans.cli.operate_command import retry_command
 from durable_plans.client._plans import plan_status
-from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import PlanReport, PlanStatus, SubtaskStatus, Usage
 from tests.integration.plans import by_id, make_plan, run_plan
 from tests.integration.step_in_support import DOWN, NEEDS_KEY, KeyGate, Rig, gated_rig
@@ -53,13 +52,7 @@ def new_requests(gate: KeyGate, before: dict[str, int]) -> dict[str, int]:
 
 async def first_run_fails(rig: Rig, **fields: Any) -> tuple[str, PlanReport, str]:
     plan = make_plan(PLAN, prefix="retry")
-    handle = await rig.client.start_workflow(
-        "PlanWorkflow",
-        PlanInput(plan=plan, **fields),
-        id=plan.id,
-        task_queue=rig.settings.task_queue,
-        result_type=PlanReport,
-    )
+    handle = await rig.start(plan, **fields)
     with pytest.raises(WorkflowFailureError):
         await handle.result()
     report = await plan_status(rig.client, plan.id)
@@ -129,13 +122,7 @@ async def test_retry_after_cancel_and_of_named_completed_subtasks(
     steps = [("a", "task-a Inspect the repository", []), ("b", f"task-b Deploy {DOWN}", ["a"])]
     steps += [("e", "task-e Write the changelog", ["a"])]
     plan = make_plan(steps, prefix="retry-cancel")
-    handle = await rig.client.start_workflow(
-        "PlanWorkflow",
-        PlanInput(plan=plan),
-        id=plan.id,
-        task_queue=rig.settings.task_queue,
-        result_type=PlanReport,
-    )
+    handle = await rig.start(plan)
     # b keeps getting 503 (retried with backoff); cancel once a and e are done.
     while True:
         report = await rig.client.get_workflow_handle(plan.id).query(

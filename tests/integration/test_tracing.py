@@ -31,13 +31,12 @@ from temporalio.contrib.opentelemetry import create_tracer_provider
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.ids import subtask_workflow_id
-from durable_plans.domain.models import PlanReport, PlanStatus
+from durable_plans.domain.models import PlanStatus
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.testing import FakeProviderProcess
 from tests.integration.chaos_support import wait_until
-from tests.integration.plans import make_plan
+from tests.integration.plans import make_plan, start_plan_workflow
 from tests.integration.workers import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.integration
@@ -156,13 +155,7 @@ async def test_one_trace_per_plan_through_a_sigkill_and_a_replay(
         try:
             first.start()
             await asyncio.to_thread(first.wait_ready)
-            handle = await client.start_workflow(
-                "PlanWorkflow",
-                PlanInput(plan=plan),
-                id=plan.id,
-                task_queue=tq,
-                result_type=PlanReport,
-            )
+            handle = await start_plan_workflow(client, plan, tq)
             # The first subtask's span, exported by the first worker: then the crash.
             await wait_until(
                 lambda: any(s.name == "subtask a" for s in receiver.spans),
