@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from durable_plans._errors import DurablePlansError
 from durable_plans.domain.models import Message, SessionMeta, Usage
 
 
-class SessionStoreError(Exception):
-    """Base of the store's own errors."""
+class SessionStoreError(DurablePlansError):
+    """Base of the store's own errors; part of the one hierarchy, so a caller that opens
+    a store through the client's paths catches it with everything else."""
 
 
 class SessionStoreUnavailable(SessionStoreError):

@@ -4,6 +4,7 @@ input refused in one line before anything is reached, an unreachable server said
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +99,21 @@ def test_one_operator_option_with_the_old_name_as_a_hidden_alias(command: str) -
     sub = parser._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
     help_text = sub.format_help()
     assert "--by" in help_text and "--who" not in help_text
+
+
+@pytest.mark.integration  # --embedded starts a dev server before it opens the store
+def test_a_session_store_that_cannot_be_opened_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--embedded`` opens the session store in this process: a store that refuses is
+    named in one line, not a traceback."""
+    (tmp_path / "store-is-a-dir").mkdir()
+    monkeypatch.setenv("DPLAN_SESSION_STORE", str(tmp_path / "store-is-a-dir"))
+    monkeypatch.setenv("DPLAN_STATE_DIR", str(tmp_path / "state"))
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"goal": "g", "subtasks": [{"id": "a", "description": "x"}]}')
+    code = main(["run", str(plan), "--embedded"])
+    err = capsys.readouterr().err
+    assert code == Exit.FAILED
+    assert f"error: session store {tmp_path / 'store-is-a-dir'}" in err
+    assert "Traceback" not in err
