@@ -8,9 +8,7 @@ mapping rather than hand-built exceptions.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
-import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from durable_plans.activities.llm import import_litellm as lit
 from durable_plans.activities.llm_errors import classify_llm_error
 from durable_plans.testing import (
     ChatRequest,
@@ -48,16 +47,6 @@ TOOLS: list[dict[str, Any]] = [
     }
     for name in ("read_file", "list_dir")
 ]
-_litellm: Any = None
-
-
-def lit() -> Any:
-    global _litellm
-    if _litellm is None:
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        _litellm = importlib.import_module("litellm")
-        _litellm.suppress_debug_info = True
-    return _litellm
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ of Retry-After and the scrubbing of messages.
 from __future__ import annotations
 
 import email.utils
-import importlib
-import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from durable_plans.activities.llm import import_litellm as lit
 from durable_plans.activities.llm_errors import (
     MAX_MESSAGE_CHARS,
     LlmErrorClass,
@@ -25,15 +24,6 @@ from durable_plans.activities.llm_errors import (
 )
 
 KW = {"llm_provider": "openai", "model": "gpt-x"}
-_litellm: Any = None
-
-
-def lit() -> Any:
-    global _litellm
-    if _litellm is None:
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        _litellm = importlib.import_module("litellm")
-    return _litellm
 
 
 def response(status: int, headers: dict[str, str] | None = None) -> httpx.Response:

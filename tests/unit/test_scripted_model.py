@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import time
 from typing import Any
 
 import pytest
 
+from durable_plans.activities.llm import import_litellm as lit
 from durable_plans.activities.scripted_model import (
     LATENCY_ENV,
     SCRIPTED_MODEL,
@@ -26,17 +25,6 @@ def tool(name: str, required: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 WORKSPACE_TOOLS = [tool("write_file", ("path", "content")), tool("read_file", ("path",))]
-_litellm: Any = None
-
-
-def lit() -> Any:
-    global _litellm
-    if _litellm is None:
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        _litellm = importlib.import_module("litellm")
-        _litellm.suppress_debug_info = True
-        register_scripted_provider()
-    return _litellm
 
 
 @pytest.fixture(autouse=True)
