@@ -10,7 +10,7 @@ subtask nobody decided on in time (a durable timer per pause).
 The plan's results are PlanWorkflow's; the desk changes only the rows of the subtasks it
 holds or lets go, and wakes the scheduler whenever it does. Everything lives in the
 workflow's state and history: a pause survives a worker's death, and a continue-as-new
-carries it on (``carried``, then ``open`` in the next run, which restarts its timers).
+carries it on (``carried``, then ``open`` in the next run, which starts its timers again).
 
 Validators refuse a decision the plan cannot take (an unknown subtask, one that is not
 paused, a budget that lowers a limit) before anything is written to the history.
@@ -80,15 +80,13 @@ class PauseDesk:
         budget: Budget | None,
         paused_since: tuple[tuple[str, float], ...],
     ) -> None:
-        """The run's start: the plan's state, and the pauses a previous run carried over."""
+        """The run's start: the plan's state, and the pauses a previous run carried over,
+        their timers counting from when each pause began."""
         self.plan = plan
         self.results = results
         self.prior = prior
         self.budget = budget
         self.since = dict(paused_since)
-
-    def watch_carried(self) -> None:
-        """Restart the timers of pauses carried over from the previous run."""
         for sid, since in self.since.items():
             self._watch(sid, since)
 

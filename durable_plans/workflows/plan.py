@@ -266,7 +266,6 @@ class PlanWorkflow(PauseHandlers):
         self._inp = inp
         self._started_at_s = inp.started_at_s or workflow.now().timestamp()
         self._visibility.start(plan, self._report())
-        pauses.watch_carried()
         if pauses.waiting:  # continued while paused: say so in this run too
             self._visibility.progress(self._report, paused=pauses.summary())
 

@@ -272,15 +272,19 @@ async def test_cancelling_a_paused_plan_cancels_the_paused_subtask_saying_why(ri
     assert sa.PAUSED_MEMO not in await described.memo()
 
 
-async def test_pause_timeout_fails_the_subtask(rig: Rig) -> None:
-    plan = pausing(make_plan(PLAN, prefix="pause-timeout"), pause_timeout_s=1.0)
-    handle = await rig.start(plan)
+@pytest.mark.parametrize("per_run", [None, 1], ids=["one-run", "continued-as-new"])
+async def test_pause_timeout_fails_the_subtask(rig: Rig, per_run: int | None) -> None:
+    """With one completion per run the plan continues as new around the pause, most
+    likely carrying it, and its timer, into a later run (unless the timer fires before e
+    completes)."""
+    plan = pausing(make_plan(PLAN, prefix="pause-timeout"), pause_timeout_s=2.0)
+    handle = await rig.start(plan, max_completions_per_run=per_run)
     with pytest.raises(WorkflowFailureError):
         await handle.result()
     report = await plan_status(rig.client, plan.id)
     rows = by_id(report)
     assert rows["c"].status is SubtaskStatus.FAILED
-    assert rows["c"].error is not None and "pause_timeout_s=1" in rows["c"].error.message
+    assert rows["c"].error is not None and "pause_timeout_s=2" in rows["c"].error.message
     assert rows["d"].status is SubtaskStatus.SKIPPED
     assert rows["e"].status is SubtaskStatus.COMPLETED
 
