@@ -22,7 +22,6 @@ from durable_plans.domain.models import (
     ToolCall,
 )
 from durable_plans.session_store import SessionNotFound
-from durable_plans.session_store.factory import open_session_store
 from tests.integration.chaos_crew import (
     READY_TIMEOUT_S,
     RESULT_TIMEOUT_S,
@@ -42,6 +41,7 @@ from tests.integration.chaos_support import (
     workflow_running,
 )
 from tests.integration.plans import make_plan
+from tests.integration.stored import opened_store
 
 pytestmark = pytest.mark.integration
 
@@ -125,12 +125,9 @@ async def test_kill_during_tool_write_and_session_work(
     base_id = plan.session_id
     assert base_id is not None
     history = long_history(HISTORY_TURNS)
-    store = await open_session_store(str(store_path))
-    try:
+    async with opened_store(store_path) as store:
         await store.create_session(SessionMeta(session_id=base_id))
         await store.append(base_id, history)
-    finally:
-        await store.close()
 
     address = temporal_env.client.service_client.config.target_host
     crew = Crew(
@@ -199,24 +196,20 @@ async def test_kill_during_tool_write_and_session_work(
 async def kill_once_snapshot_taken(worker: ChaosWorker, store_path: Path, snap: str) -> float:
     """SIGKILL as soon as the branch build has snapshotted the base (it then creates and
     fills the branch), or after 2 s whatever the build is doing."""
-    store = await open_session_store(str(store_path))
-    deadline = time.monotonic() + 2
-    try:
+    async with opened_store(store_path) as store:
+        deadline = time.monotonic() + 2
         while time.monotonic() < deadline:
             if await store.has_snapshot(snap):
                 break
             await asyncio.sleep(0.001)
-    finally:
-        await store.close()
     return worker.kill_now()
 
 
 async def kill_after_final_answer(worker: ChaosWorker, store_path: Path, branch_id: str) -> float:
     """SIGKILL as soon as the branch ends with a final answer (text, no tool call), that
     is while the call that stored it is closing the branch, or just after."""
-    store = await open_session_store(str(store_path))
-    deadline = time.monotonic() + 90
-    try:
+    async with opened_store(store_path) as store:
+        deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             if not worker.alive:
                 raise RuntimeError(f"worker died early:\n{worker.log_path.read_text()[-3000:]}")
@@ -227,15 +220,12 @@ async def kill_after_final_answer(worker: ChaosWorker, store_path: Path, branch_
             if last and last[0].role == "assistant" and last[0].content and not last[0].tool_calls:
                 return worker.kill_now()
             await asyncio.sleep(0.002)
-    finally:
-        await store.close()
     raise TimeoutError(f"no final answer in {branch_id} within 90s")
 
 
 async def branch_state(store_path: Path, branch_id: str, snap: str | None = None) -> str:
     """Where a kill left a branch: its size, whether it is closed, its snapshot kept."""
-    store = await open_session_store(str(store_path))
-    try:
+    async with opened_store(store_path) as store:
         try:
             meta = await store.get_session(branch_id)
         except SessionNotFound:
@@ -244,5 +234,3 @@ async def branch_state(store_path: Path, branch_id: str, snap: str | None = None
         if snap is not None:
             state += f", snapshot kept={await store.has_snapshot(snap)}"
         return state
-    finally:
-        await store.close()

@@ -37,8 +37,7 @@ from durable_plans.domain.session_contracts import (
     session_workflow_id,
 )
 from durable_plans.testing import FakeProviderProcess
-from tests.integration.conftest import FAKE_KEY
-from tests.integration.workers import REPO_ROOT, WorkerProcess
+from tests.integration.workers import REPO_ROOT, WorkerProcess, worker_env
 
 pytestmark = pytest.mark.integration
 
@@ -62,15 +61,8 @@ async def stack(temporal_env: WorkflowEnvironment, tmp_path: Path) -> AsyncItera
     workspace.mkdir()
     (workspace / "README.md").write_text("# chat workspace\n")
     env = {
-        "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+        **worker_env(temporal_env.client, tmp_path, provider, f"tq-chat-{uuid.uuid4().hex[:8]}"),
         "TEMPORAL_NAMESPACE": temporal_env.client.namespace,
-        "DPLAN_TASK_QUEUE": f"tq-chat-{uuid.uuid4().hex[:8]}",
-        "DPLAN_MODEL": "openai/fake-model",
-        "DPLAN_API_BASE": provider.base_url,
-        "DPLAN_API_KEY": FAKE_KEY,
-        "DPLAN_SESSION_STORE": str(tmp_path / "sessions.db"),
-        "DPLAN_WORKSPACE": str(workspace),
-        "DPLAN_STATE_DIR": str(tmp_path / "state"),
         # Plan subtasks stream too (chat streams in either mode), so `dplan status
         # --follow` has live text to show.
         "DPLAN_STREAM": "all",

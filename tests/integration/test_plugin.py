@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,14 +24,13 @@ from durable_plans.domain.contracts import ACT_CALL_LLM, ACT_RUN_TOOL, ToolCallI
 from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import PlanStatus, SubtaskStatus
 from durable_plans.plugin import DurablePlansPlugin, client_carrying, plugin_of
-from durable_plans.session_store import SessionStore
-from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import LLM_ACTIVITY_MARGIN_S, Settings
 from durable_plans.testing import FakeProvider
 from durable_plans.worker import build_worker
 from durable_plans.workflows.policies import DEFAULT_PARAMETERS
 from tests.integration.conftest import FAKE_KEY, Harness
 from tests.integration.plans import by_id, make_plan, run_plan
+from tests.integration.stored import opened_store
 
 pytestmark = pytest.mark.integration
 
@@ -55,25 +53,6 @@ def worker_settings(provider: FakeProvider, tmp_path: Path, env: dict[str, str])
     settings.workspace.mkdir(parents=True, exist_ok=True)
     (settings.workspace / "README.md").write_text("# demo workspace\n")
     return settings
-
-
-@asynccontextmanager
-async def running(worker: Worker) -> AsyncIterator[Worker]:
-    task = asyncio.create_task(worker.run())
-    try:
-        yield worker
-    finally:
-        await worker.shutdown()
-        await asyncio.gather(task, return_exceptions=True)
-
-
-@asynccontextmanager
-async def opened(settings: Settings) -> AsyncIterator[SessionStore]:
-    store = await open_session_store(settings.session_store)
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 async def scheduled(client: Client, workflow_id: str, activity_type: str) -> list[HistoryEvent]:
@@ -107,7 +86,7 @@ async def test_a_client_and_worker_built_only_from_the_plugin_run_a_plan_that_re
     temporal_env: Any, provider: FakeProvider, tmp_path: Path
 ) -> None:
     settings = worker_settings(provider, tmp_path, {})
-    async with opened(settings) as store:
+    async with opened_store(settings.session_store) as store:
         client = await Client.connect(
             temporal_env.client.service_client.config.target_host,
             plugins=[DurablePlansPlugin(settings=settings, store=store)],
@@ -116,7 +95,7 @@ async def test_a_client_and_worker_built_only_from_the_plugin_run_a_plan_that_re
         # from the plugin the client carries.
         worker = Worker(client, task_queue=settings.task_queue)
         plan = make_plan([("a", "Look around the workspace", []), ("b", "Summarise", ["a"])])
-        async with running(worker):
+        async with worker:
             report, failure = await run_plan(client, plan, settings.task_queue)
         assert failure is None, failure
         assert report.status is PlanStatus.COMPLETED
@@ -169,7 +148,7 @@ async def test_the_settings_set_llm_and_tool_timeouts_and_attempts_of_their_work
         },
     )
     seen: list[activity.Info] = []
-    async with opened(settings) as store:
+    async with opened_store(settings.session_store) as store:
         plan_activities = PlanActivities(store, settings)
         custom = build_worker(
             harness.client,
@@ -183,7 +162,7 @@ async def test_the_settings_set_llm_and_tool_timeouts_and_attempts_of_their_work
             [("tools", "Look around the workspace", []), ("down", "Fix [fail:500]", [])]
         )
         other = make_plan([("a", "Look around the workspace", [])])
-        async with running(custom):
+        async with custom:
             (report, failure), (other_report, other_failure) = await asyncio.gather(
                 run_plan(harness.client, plan, settings.task_queue),
                 run_plan(harness.client, other, harness.task_queue),
