@@ -28,10 +28,10 @@ from durable_plans.domain import search_attributes as sa
 from durable_plans.domain.models import Budget, Plan, PlanReport, PlanStatus, SubtaskStatus
 from durable_plans.testing import FakeProvider
 from tests.integration.chaos_support import DevServer
-from tests.integration.conftest import FAKE_KEY, provider_settings, running_worker
+from tests.integration.conftest import provider_settings, running_worker
 from tests.integration.plans import by_id, make_plan
 from tests.integration.step_in_support import NEEDS_KEY, KeyGate, Rig, gated_rig
-from tests.integration.workers import WorkerProcess
+from tests.integration.workers import WorkerProcess, worker_env
 
 pytestmark = pytest.mark.integration
 
@@ -111,16 +111,7 @@ async def test_pause_survives_sigkill_and_continue_as_new_then_resume_completes(
 ) -> None:
     gate, provider = gate_provider
     settings = provider_settings(client, provider, tmp_path, prefix="pause-kill")
-    env = {
-        "TEMPORAL_ADDRESS": settings.temporal_address,
-        "DPLAN_TASK_QUEUE": settings.task_queue,
-        "DPLAN_MODEL": settings.model,
-        "DPLAN_API_BASE": provider.base_url,
-        "DPLAN_API_KEY": FAKE_KEY,
-        "DPLAN_SESSION_STORE": settings.session_store,
-        "DPLAN_WORKSPACE": str(settings.workspace),
-        "DPLAN_STATE_DIR": str(tmp_path / "state"),
-    }
+    env = worker_env(settings.temporal_address, tmp_path, provider, settings.task_queue)
     plan = pausing(make_plan(PLAN, prefix="pause-kill"))
     first = WorkerProcess(env, tmp_path / "worker-1.log").start()
     second: WorkerProcess | None = None
