@@ -26,7 +26,6 @@ from temporalio.workflow import NondeterminismError
 from durable_plans.cli.replay_command import make_replayer
 from durable_plans.client._visibility import list_plans
 from durable_plans.domain import search_attributes as sa
-from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, PlanReport, SubtaskStatus
 from durable_plans.domain.operations import SKIP_UPDATE, SubtaskRequest
 from durable_plans.plugin import PASSTHROUGH_MODULES
@@ -59,16 +58,6 @@ def hour_long_interval(monkeypatch: pytest.MonkeyPatch) -> None:
 def paused_plan() -> Plan:
     plan = make_plan(STEPS, prefix="idle-progress", max_parallel=1)
     return plan.model_copy(update={"on_failure": "pause"})
-
-
-async def start(harness: Harness, plan: Plan) -> WorkflowHandle[Any, PlanReport]:
-    return await harness.client.start_workflow(
-        "PlanWorkflow",
-        PlanInput(plan=plan),
-        id=plan.id,
-        task_queue=harness.task_queue,
-        result_type=PlanReport,
-    )
 
 
 async def until_waiting_for_operator(handle: WorkflowHandle[Any, PlanReport]) -> None:
@@ -115,7 +104,7 @@ def patch_markers(history: WorkflowHistory) -> int:
 
 async def test_a_paused_plan_is_listed_with_its_true_counts(harness: Harness) -> None:
     plan = paused_plan()
-    handle = await start(harness, plan)
+    handle = await harness.start(plan)
     try:
         await until_waiting_for_operator(handle)
         row = await listed(harness.client, plan.id, lambda r: r.completed == len(COMPLETED))
@@ -140,7 +129,7 @@ async def test_a_run_recorded_before_idle_progress_still_replays(
     plan = paused_plan()
     with monkeypatch.context() as before:
         before.setattr(PlanVisibility, "idle", lambda self, report, *, paused: None)
-        handle = await start(harness, plan)
+        handle = await harness.start(plan)
         await until_waiting_for_operator(handle)
         await handle.execute_update(SKIP_UPDATE, SubtaskRequest(subtask="c", by="test"))
         with pytest.raises(WorkflowFailureError):
