@@ -32,7 +32,7 @@ from tests.integration.chaos_support import (
     wait_until,
 )
 from tests.integration.stored import stored_answers
-from tests.integration.workers import worker_env
+from tests.integration.workers import new_workspace, worker_env
 
 BASE_LATENCY_MS = 150  # plus 0–100 ms per subtask ([slow:N] in its description)
 RESULT_TIMEOUT_S = 150.0
@@ -68,11 +68,8 @@ async def start_plan(
     )
 
 
-def new_workspace(tmp: Path) -> Path:
-    workspace = tmp / "workspace"
-    workspace.mkdir()
-    (workspace / "README.md").write_text("# chaos test\n")
-    return workspace
+def chaos_workspace(tmp: Path) -> Path:
+    return new_workspace(tmp, "# chaos test\n")
 
 
 async def start_provider(log_path: Path, **kwargs: Any) -> FakeProviderProcess:

@@ -32,7 +32,7 @@ from tests.integration.conftest import Harness
 from tests.integration.plans import by_id, make_plan, start_plan_workflow
 from tests.integration.replay import assert_replays
 from tests.integration.stored import opened_store, subtask_messages, tool_answers
-from tests.integration.workers import WorkerProcess, worker_env
+from tests.integration.workers import WorkerProcess, new_workspace, worker_env
 
 pytestmark = pytest.mark.integration
 
@@ -177,8 +177,7 @@ async def test_no_decision_within_the_timeout_rejects_the_call(harness: Harness)
 async def test_a_waiting_call_survives_a_sigkilled_worker(
     temporal_env: WorkflowEnvironment, client: Client, tmp_path: Path
 ) -> None:
-    (tmp_path / "workspace").mkdir()
-    (tmp_path / "workspace" / "README.md").write_text("# approval crash test\n")
+    new_workspace(tmp_path, "# approval crash test\n")
     tq = f"approval-crash-{uuid.uuid4().hex[:8]}"
     plan = make_plan([("w", "Look at the workspace", [])], prefix="approval-crash").model_copy(
         update={"approval": ApprovalPolicy(tools=("list_dir",))}

@@ -37,7 +37,7 @@ from tests.integration.chaos_crew import (
     RESULT_TIMEOUT_S,
     Crew,
     RoundLog,
-    new_workspace,
+    chaos_workspace,
     start_plan,
 )
 from tests.integration.chaos_support import (
@@ -67,7 +67,7 @@ async def chaos_round(seed: int, client: Client, address: str, tmp: Path, log: R
     second_fraction = rng.random()
     log.add(f"subtasks={len(plan.subtasks)} calls={expected} max_parallel={plan.max_parallel}")
 
-    new_workspace(tmp)
+    chaos_workspace(tmp)
     crew = Crew(tmp, address, f"chaos-{seed}-{uuid.uuid4().hex[:8]}")
     at_kill: list[int] = []
     try:

@@ -19,7 +19,7 @@ from durable_plans.testing import FakeProviderProcess
 from tests.integration.chaos_crew import (
     RESULT_TIMEOUT_S,
     RoundLog,
-    new_workspace,
+    chaos_workspace,
     start_plan,
     start_provider,
     stop_all,
@@ -55,7 +55,7 @@ async def test_dev_server_restart_mid_plan(tmp_path: Path, say: list[RoundLog]) 
     sig = signal.SIGKILL
     log = RoundLog(f"server-restart({sig.name})")
     say.append(log)
-    new_workspace(tmp_path)
+    chaos_workspace(tmp_path)
     server = DevServer(tmp_path / "temporal.db", tmp_path / "temporal.log").start()
     workers: list[ChaosWorker] = []
     provider: FakeProviderProcess | None = None

@@ -27,7 +27,7 @@ from tests.integration.chaos_crew import (
     RESULT_TIMEOUT_S,
     Crew,
     RoundLog,
-    new_workspace,
+    chaos_workspace,
     start_plan,
 )
 from tests.integration.chaos_support import (
@@ -119,7 +119,7 @@ async def test_kill_during_tool_write_and_session_work(
 ) -> None:
     log = RoundLog("write+session")
     say.append(log)
-    workspace = new_workspace(tmp_path)
+    workspace = chaos_workspace(tmp_path)
     store_path = tmp_path / "sessions.db"
     plan = make_plan(WRITE_PLAN, session_id=f"write-{uuid.uuid4().hex[:6]}", prefix="write")
     base_id = plan.session_id

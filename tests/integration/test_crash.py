@@ -19,7 +19,7 @@ from durable_plans.testing import FakeProviderProcess, strip_directives
 from tests.integration.chaos_support import plan_run_id
 from tests.integration.plans import make_plan, start_plan_workflow
 from tests.integration.stored import opened_store, stored_answers
-from tests.integration.workers import WorkerProcess, worker_env
+from tests.integration.workers import WorkerProcess, new_workspace, worker_env
 
 pytestmark = pytest.mark.integration
 
@@ -57,8 +57,7 @@ def own_turn(messages: list[dict[str, Any]]) -> tuple[str, int]:
 async def test_sigkill_mid_plan_then_new_worker_completes_without_repeats(
     temporal_env: WorkflowEnvironment, client: Client, tmp_path: Path
 ) -> None:
-    (tmp_path / "workspace").mkdir()
-    (tmp_path / "workspace" / "README.md").write_text("# crash test\n")
+    new_workspace(tmp_path, "# crash test\n")
     tq = f"crash-{uuid.uuid4().hex[:8]}"
     plan = make_plan(CRASH_PLAN, session_id="crash-session", prefix="crash")
 

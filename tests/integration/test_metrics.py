@@ -24,7 +24,7 @@ from durable_plans.domain.models import Budget, PlanStatus
 from durable_plans.testing import FakeProviderProcess
 from tests.integration.chaos_support import free_port
 from tests.integration.plans import make_plan, run_plan
-from tests.integration.workers import WorkerProcess, worker_env
+from tests.integration.workers import WorkerProcess, new_workspace, worker_env
 
 pytestmark = pytest.mark.integration
 
@@ -56,8 +56,7 @@ def total(samples: list[Sample], name: str, **labels: str) -> float:
 async def test_metrics_count_what_the_provider_served(
     temporal_env: WorkflowEnvironment, client: Client, tmp_path: Path
 ) -> None:
-    (tmp_path / "workspace").mkdir()
-    (tmp_path / "workspace" / "README.md").write_text("# metrics test\n")
+    new_workspace(tmp_path, "# metrics test\n")
     tq = f"metrics-{uuid.uuid4().hex[:8]}"
     port = free_port()
     with FakeProviderProcess(tmp_path / "requests.jsonl") as provider:

@@ -37,7 +37,7 @@ from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.testing import FakeProviderProcess
 from tests.integration.chaos_support import wait_until
 from tests.integration.plans import make_plan, start_plan_workflow
-from tests.integration.workers import WorkerProcess, worker_env
+from tests.integration.workers import WorkerProcess, new_workspace, worker_env
 
 pytestmark = pytest.mark.integration
 
@@ -136,8 +136,7 @@ async def receiver() -> AsyncIterator[OtlpReceiver]:
 async def test_one_trace_per_plan_through_a_sigkill_and_a_replay(
     temporal_env: WorkflowEnvironment, client: Client, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
-    (tmp_path / "workspace").mkdir()
-    (tmp_path / "workspace" / "README.md").write_text("# tracing test\n")
+    new_workspace(tmp_path, "# tracing test\n")
     tq = f"tracing-{uuid.uuid4().hex[:8]}"
     plan = make_plan(TRACED_PLAN, prefix="traced", agent="orchestrator")
 

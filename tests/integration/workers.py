@@ -38,6 +38,15 @@ def worker_env(
     }
 
 
+def new_workspace(tmp: Path, readme: str) -> Path:
+    """``tmp/workspace`` (where ``worker_env`` points the workers) with a README in it, so
+    the agents' first look around finds a file."""
+    workspace = tmp / "workspace"
+    workspace.mkdir()
+    (workspace / "README.md").write_text(readme)
+    return workspace
+
+
 class HasBaseUrl(Protocol):
     """A fake provider in this process or in its own (``FakeProvider``,
     ``FakeProviderProcess``)."""
