@@ -1,6 +1,7 @@
 """Worker processes for crash tests: `dplan-worker`'s entry point in real processes of their
 own (forked from a process that has already imported the worker: prewarmed.py), killed for
-real."""
+real, and configured only as an operator would, through their environment (``worker_env``
+and the workspace it names, ``new_workspace``)."""
 
 from __future__ import annotations
 
