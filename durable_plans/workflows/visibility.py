@@ -99,6 +99,12 @@ def sets_search_attributes() -> bool:
     return False
 
 
+def says_idle_progress() -> bool:
+    """Whether this run says held-back progress when it goes idle (``PlanVisibility.idle``):
+    every run since that began, recorded as a patch marker in the run's first task."""
+    return workflow.patched(versions.IDLE_PROGRESS)
+
+
 def plan_memo(plan: Plan) -> dict[str, Any]:
     """The memo Temporal Web and ``dplan list`` show for a plan."""
     return {"goal": scrub_secrets(plan.goal)[:GOAL_CHARS], "subtask_count": len(plan.subtasks)}
@@ -116,6 +122,7 @@ class PlanVisibility:
 
     def __init__(self) -> None:
         self.enabled = False
+        self._says_idle = False
         self._last: dict[str, Any] = {}
         self._last_at_s = 0.0
         self._paused: dict[str, str] = {}
@@ -130,6 +137,11 @@ class PlanVisibility:
                 workflow.upsert_memo(memo)
         self.enabled = sets_search_attributes()
         if self.enabled:
+            # Asked here, in the run's first task, not where the plan goes idle: whether
+            # anything is held back there depends on when children finished, and a patch
+            # asked at a moment that differs between a run and its replay is itself
+            # non-determinism (a replay asking before its marker is reached answers no).
+            self._says_idle = says_idle_progress()
             first = self._values(report, sa.VisibilityStatus.RUNNING) | {sa.PLAN_ID.name: plan.id}
             if goal_searchable():
                 first[sa.GOAL.name] = scrub_secrets(plan.goal)[:GOAL_CHARS]
@@ -161,16 +173,13 @@ class PlanVisibility:
         nothing running, and no completion will come to carry them, so ``dplan list``
         would show stale counts for as long as the wait lasts.
 
-        Runs recorded before this existed waited without the upsert, so it is behind
-        ``versions.IDLE_PROGRESS``, asked only when there is something to say.
+        Runs recorded before this existed waited without the upsert; they carry no
+        ``versions.IDLE_PROGRESS`` marker, so on replay they skip it here too.
         """
-        if not self.enabled:
+        if not self._says_idle:
             return
         status = sa.VisibilityStatus.PAUSED if paused else sa.VisibilityStatus.RUNNING
-        values = self._values(report(), status)
-        held_back = any(self._last.get(name) != value for name, value in values.items())
-        if held_back and workflow.patched(versions.IDLE_PROGRESS):
-            self._upsert(values)
+        self._upsert(self._values(report(), status))
 
     def _say_paused(self, paused: dict[str, str]) -> None:
         """The memo's ``paused`` entry; only runs that pause ever write it."""

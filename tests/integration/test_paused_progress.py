@@ -128,7 +128,8 @@ async def test_a_run_recorded_before_idle_progress_still_replays(
     # with its counts held back, then the operator skips c and the plan ends.
     plan = paused_plan()
     with monkeypatch.context() as before:
-        before.setattr(PlanVisibility, "idle", lambda self, report, *, paused: None)
+        # The release before never asked for the patch, so it recorded no marker.
+        before.setattr(visibility, "says_idle_progress", lambda: False)
         handle = await harness.start(plan)
         await until_waiting_for_operator(handle)
         await handle.execute_update(SKIP_UPDATE, SubtaskRequest(subtask="c", by="test"))
