@@ -3,6 +3,7 @@ input refused in one line before anything is reached, an unreachable server said
 
 from __future__ import annotations
 
+import argparse
 import socket
 from pathlib import Path
 
@@ -96,8 +97,8 @@ def test_one_operator_option_with_the_old_name_as_a_hidden_alias(command: str) -
         args = parser.parse_args([command, "p", *extra, flag, "alice"])
         assert args.operator == "alice"
     assert parser.parse_args([command, "p", *extra]).operator is None
-    sub = parser._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
-    help_text = sub.format_help()
+    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    help_text = subcommands.choices[command].format_help()
     assert "--by" in help_text and "--who" not in help_text
 
 

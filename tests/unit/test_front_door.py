@@ -56,7 +56,7 @@ def test_every_name_loads_from_its_home(name: str) -> None:
 
 def test_an_unknown_name_is_an_attribute_error_naming_it() -> None:
     with pytest.raises(AttributeError, match="'Clinet'"):
-        durable_plans.Clinet  # type: ignore[attr-defined]  # noqa: B018
+        durable_plans.Clinet  # noqa: B018
 
 
 def test_importing_the_package_loads_neither_temporal_clients_nor_litellm() -> None:
