@@ -33,15 +33,13 @@ from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 from durable_plans._errors import TemporalUnreachable
+from durable_plans.cli._common import Exit
 from durable_plans.client._plans import connect
 from durable_plans.payload_codec import PayloadKeyError, key_ids_in, keyring_from_env
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.settings import Settings, SettingsError
 
 __all__ = [
-    "EXIT_FAILED",
-    "EXIT_INVALID",
-    "EXIT_OK",
     "HistoryFileError",
     "ReplayOutcome",
     "RunHistory",
@@ -58,9 +56,6 @@ __all__ = [
     "workflow_id_from_file_name",
 ]
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_INVALID = 2
 
 _RUN_SUFFIX = re.compile(r"\.(\d+)$")
 # The SDK reports a failed replay as core's debug dump of the failure; its message field
@@ -393,7 +388,7 @@ async def replay_command(
             runs = [load_history_file(f, file_workflow_id) for f in files]
         except HistoryFileError as exc:
             print(f"error: {exc}", file=printer.err)
-            return EXIT_INVALID
+            return Exit.INVALID
         if resolved is None:
             # No server to reach, so only the payload keys matter: encrypted histories
             # decode with the worker's keys (DPLAN_PAYLOAD_KEY...), as on a worker.
@@ -401,25 +396,25 @@ async def replay_command(
                 resolved = Settings(payload_keys=keyring_from_env(os.environ))
             except PayloadKeyError as exc:
                 print(f"error: {exc}", file=printer.err)
-                return EXIT_INVALID
+                return Exit.INVALID
     else:
         assert workflow_id is not None
         try:
             resolved = settings or Settings.from_env()
         except SettingsError as exc:
             print(f"error: {exc}", file=printer.err)
-            return EXIT_INVALID
+            return Exit.INVALID
         try:
             runs = await _load_from_server(resolved, workflow_id, run_id, children)
         except TemporalUnreachable as exc:
             print(_unreachable(exc), file=printer.err)
-            return EXIT_FAILED
+            return Exit.FAILED
         except WorkflowNotFound as exc:
             print(f"error: {exc}", file=printer.err)
-            return EXIT_FAILED
+            return Exit.FAILED
         except RPCError as exc:
             print(f"error: cannot fetch the history of '{workflow_id}': {exc}", file=printer.err)
-            return EXIT_FAILED
+            return Exit.FAILED
         if save_dir is not None:
             written = save_runs(runs, Path(save_dir))
             print(f"saved {len(written)} histories to {save_dir}", file=printer.err)
@@ -435,7 +430,7 @@ async def replay_command(
             "on the workers",
             file=printer.err,
         )
-        return EXIT_FAILED
+        return Exit.FAILED
     printer.width = max(len(r.workflow_id) for r in runs)
     # Of the settings, replay needs only the payload keys (timeouts and attempts do not
     # take part in replay).
@@ -451,4 +446,4 @@ async def replay_command(
     )
     for o in failed:
         printer.failure(o)
-    return EXIT_FAILED if failed else EXIT_OK
+    return Exit.FAILED if failed else Exit.OK
