@@ -29,6 +29,14 @@ from durable_plans.domain.scheduling import critical_path_length
 Handler = Callable[[argparse.Namespace], "int | Coroutine[Any, Any, int]"]
 
 
+def _add_embedded_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--embedded",
+        action="store_true",
+        help="start a Temporal dev server and a worker in this process if none is reachable",
+    )
+
+
 # --------------------------------------------------------------------------- validate
 
 
@@ -120,11 +128,7 @@ def _add_run_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         ),
     )
     parser.add_argument("plan", metavar="PLAN", help="path to the plan file")
-    parser.add_argument(
-        "--embedded",
-        action="store_true",
-        help="start a Temporal dev server and a worker in this process if none is reachable",
-    )
+    _add_embedded_option(parser)
     parser.add_argument(
         "--json", action="store_true", help="print only the final report, as JSON, on stdout"
     )
@@ -181,11 +185,7 @@ def _add_chat_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument(
         "--session", metavar="ID", default=None, help="resume (or start) conversation ID"
     )
-    parser.add_argument(
-        "--embedded",
-        action="store_true",
-        help="start a Temporal dev server and a worker in this process if none is reachable",
-    )
+    _add_embedded_option(parser)
     parser.add_argument(
         "--agent",
         metavar="NAME",
@@ -212,11 +212,7 @@ def _add_plan_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         ),
     )
     parser.add_argument("goal", metavar="GOAL", help="what the plan should achieve")
-    parser.add_argument(
-        "--embedded",
-        action="store_true",
-        help="start a Temporal dev server and a worker in this process if none is reachable",
-    )
+    _add_embedded_option(parser)
     parser.add_argument("--session", metavar="ID", default=None, help="plan inside conversation ID")
     parser.add_argument(
         "--json", action="store_true", help="print only the final report, as JSON, on stdout"
@@ -487,7 +483,7 @@ def _add_retry_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         metavar="ID",
         help="also re-run this completed subtask and its dependents (repeatable)",
     )
-    parser.add_argument("--embedded", action="store_true", help="as for dplan run")
+    _add_embedded_option(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--no-wait", action="store_true", help="start it and return")
     parser.set_defaults(handler=cmd_retry)

@@ -36,7 +36,6 @@ NEVER_PASSED = (
     "connection",
     "embedded",
     "codec_server",
-    "starter",
     "settings",
     "worker",
     "plugin",

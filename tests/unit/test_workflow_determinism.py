@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import durable_plans.workflows as workflows_package
+from tests.unit.test_plugin import NEVER_PASSED
 
 ROOT = Path(workflows_package.__file__).resolve().parent
 FORBIDDEN_MODULES = frozenset(
@@ -31,22 +32,7 @@ FORBIDDEN_MODULES = frozenset(
         "sqlite3", "asyncpg", "aiohttp", "httpx", "requests", "litellm",
     }
 )  # fmt: skip
-FORBIDDEN_OURS = tuple(
-    f"durable_plans.{name}"
-    for name in (
-        "activities",
-        "session_store",
-        "cli",
-        "client",
-        "connection",
-        "embedded",
-        "codec_server",
-        "starter",
-        "settings",
-        "worker",
-        "plugin",
-    )
-)
+FORBIDDEN_OURS = tuple(f"durable_plans.{name}" for name in NEVER_PASSED)
 CLOCK_READS = frozenset({"now", "utcnow", "today"})
 MUTABLE_CONSTRUCTORS = frozenset(
     {"list", "dict", "set", "bytearray", "defaultdict", "deque", "Counter", "OrderedDict"}
