@@ -166,11 +166,18 @@ async def test_temporal_web_shows_the_decoded_plan_input(tmp_path: Path) -> None
                 await cdp.call("Page.navigate", url=url)
                 found = False
                 deadline = time.monotonic() + PAGE_TIMEOUT_S
+                reloaded_at = time.monotonic()
                 while time.monotonic() < deadline:
                     text = await cdp.evaluate("document.body ? document.body.innerText : ''")
                     if isinstance(text, str) and secret in text:
                         found = True
                         break
+                    # A UI whose backend was not answering yet shows its error page and
+                    # stays there: load the page again, as a person would.
+                    failed = isinstance(text, str) and "Internal Error" in text
+                    if failed and time.monotonic() - reloaded_at >= 1.0:
+                        await cdp.call("Page.reload")
+                        reloaded_at = time.monotonic()
                     await asyncio.sleep(0.25)
                 shot = await cdp.call("Page.captureScreenshot", format="png")
                 screenshot = tmp_path / "temporal-web-decoded-input.png"
