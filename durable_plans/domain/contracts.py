@@ -14,6 +14,7 @@ from durable_plans.domain.agents import AgentSpec
 from durable_plans.domain.approvals import ApprovalPolicy
 from durable_plans.domain.models import Budget, Plan, PlanReport, Subtask, SubtaskResult, Usage
 from durable_plans.domain.tools_config import McpServerTools, ToolSchema
+from durable_plans.domain.workspace import WorkspaceRef, WorkspaceStart
 
 # Workflow type names, like activity names, are part of recorded histories (and of
 # `temporal workflow start --type ...`): renaming one breaks replay. A workflow starts
@@ -35,6 +36,11 @@ ACT_BRANCH_SPEND = "branch_spend"
 ACT_DELIVER_WEBHOOK = "deliver_webhook"
 ACT_DESCRIBE_CALL = "describe_tool_call"
 ACT_ANSWER_CALL = "answer_tool_call_with"
+# The workspace as git (domain/workspace.py): a plan's base, a subtask's starting tree,
+# the plan's result branch.
+ACT_WORKSPACE_OPEN = "workspace_open"
+ACT_WORKSPACE_MERGE = "workspace_merge"
+ACT_WORKSPACE_PUBLISH = "workspace_publish"
 
 # Sub-agents nest at most this deep (the root session is depth 0).
 MAX_SUBAGENT_DEPTH = 3
@@ -144,6 +150,11 @@ class ToolCallInput(_Payload):
     allowed_tools: tuple[str, ...]
     # An operator's replacement for the model's arguments (``dplan approve --args``).
     arguments: str | None = None
+    # The tree the call works on; None: the worker's workspace directory itself (runs
+    # recorded before the workspace was kept in git).
+    workspace: WorkspaceRef | None = None
+    # Workflow time of the call: the date of the commit it makes, if it changes files.
+    at_s: float = 0.0
 
 
 class DescribeCallInput(_Payload):
@@ -175,6 +186,8 @@ class ToolCallOutput(_Payload):
     name: str
     ok: bool
     summary: str = ""
+    # The commit the call's changes made (the tree's new head); None: nothing changed.
+    commit: str | None = None
 
 
 class DelegateInput(_Payload):
@@ -272,6 +285,9 @@ class SubtaskInput(_Payload):
     approval: ApprovalPolicy | None = None
     # The MCP servers' tools listed when the plan started (the agent uses those it may).
     mcp_tools: tuple[McpServerTools, ...] = ()
+    # Where the subtask's tree starts; None: tools work in the worker's workspace
+    # directory (runs recorded before the workspace was kept in git).
+    workspace: WorkspaceStart | None = None
 
 
 class SubtaskOutcome(_Payload):
@@ -281,6 +297,8 @@ class SubtaskOutcome(_Payload):
     llm_calls: int
     usage: Usage
     branch_session_id: str
+    # The subtask's last commit: what it contributes to its dependents and the plan.
+    commit: str | None = None
 
 
 class SubtaskFailureDetails(_Payload):
@@ -289,6 +307,8 @@ class SubtaskFailureDetails(_Payload):
     llm_calls: int
     usage: Usage
     branch_session_id: str
+    # The attempt's last commit (kept under its ref for inspection, never merged).
+    commit: str | None = None
 
 
 class PlanInput(_Payload):
@@ -314,5 +334,8 @@ class PlanInput(_Payload):
     # When each paused subtask paused (workflow time, epoch seconds): its pause timeout
     # runs from there across continue-as-new.
     paused_since: tuple[tuple[str, float], ...] = ()
+    # The commit the plan's workspace started from, once resolved (carried so a
+    # continued or retried run starts its subtasks from the same tree).
+    workspace_base: str | None = None
     # The MCP servers' tools, listed once when the plan first started (None: not yet).
     mcp_tools: tuple[McpServerTools, ...] | None = None

@@ -71,6 +71,10 @@ class FailureType(StrEnum):
     # A decision on a tool call that cannot be taken: unknown call, already decided, or
     # replacement arguments that are not a JSON object (workflows/approvals.py).
     APPROVAL_REFUSED = "ApprovalRefused"
+    # The workspace (domain/workspace.py): dependencies that changed the same lines
+    # (details: WorkspaceConflictDetails), or a repository or remote that cannot be used.
+    WORKSPACE_CONFLICT = "WorkspaceConflict"
+    WORKSPACE_UNAVAILABLE = "WorkspaceUnavailable"
     # LLM calls, as activities/llm_errors.py classifies them: never worth a retry...
     BAD_REQUEST = "BadRequest"
     CONTEXT_WINDOW_EXCEEDED = "ContextWindowExceeded"

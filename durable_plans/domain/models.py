@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, model_validator
 
 from durable_plans.domain.approvals import ApprovalPolicy
+from durable_plans.domain.workspace import WorkspaceSummary
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -206,6 +207,9 @@ class Plan(_Frozen):
     on_failure: OnFailure | None = None  # None: "fail"
     # How long a subtask may stay paused before it fails for good (None: until decided).
     pause_timeout_s: float | None = Field(default=None, gt=0)
+    # The branch, tag or commit of the workspace repository the plan starts from (None:
+    # its HEAD when the plan starts).
+    workspace_base: str | None = Field(default=None, min_length=1, max_length=250)
 
     def on_failure_of(self, subtask_id: str) -> OnFailure:
         return self.subtask(subtask_id).on_failure or self.on_failure or "fail"
@@ -280,6 +284,9 @@ class SubtaskResult(_Frozen):
     # How many times it was started again after failing, pausing or being cancelled
     # (``dplan retry``, ``dplan resume``); llm_calls and usage include every attempt.
     retries: NonNegativeInt = 0
+    # Its last workspace commit: a completed subtask's result; a failed one's attempt,
+    # kept under its own ref (``refs/dplan/<plan>/trees/<subtask>@<retries>``), never merged.
+    commit: str | None = None
 
     @model_validator(mode="after")
     def _truthful(self) -> SubtaskResult:
@@ -333,6 +340,9 @@ class PlanReport(_Frozen):
     subtasks: tuple[SubtaskResult, ...]
     usage: Usage = Usage()
     duration_s: NonNegativeFloat = 0.0
+    # What the plan did to the workspace (base, result commit, branch); None for a run
+    # recorded before the workspace was kept in git, or one that has not resolved it yet.
+    workspace: WorkspaceSummary | None = None
 
     @property
     def finished(self) -> bool:
@@ -353,6 +363,7 @@ class PlanReport(_Frozen):
         *,
         duration_s: float = 0.0,
         cancelled: bool = False,
+        workspace: WorkspaceSummary | None = None,
     ) -> PlanReport:
         """The only way reports are made: counts, totals and status derive from results."""
         counts = Counts.of(r.status for r in results)
@@ -374,4 +385,5 @@ class PlanReport(_Frozen):
             subtasks=tuple(results),
             usage=Usage.total(r.usage for r in results),
             duration_s=round(duration_s, 3),
+            workspace=workspace,
         )

@@ -12,6 +12,7 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict
 
 from durable_plans.domain.tools_config import CommandPolicy, McpServerTools
+from durable_plans.domain.workspace import WorkspaceRef
 
 ACT_LIST_MCP_TOOLS: Final = "list_mcp_tools"
 ACT_CALL_MCP_TOOL: Final = "call_mcp_tool"
@@ -54,6 +55,10 @@ class CommandCallInput(_Payload):
     policy: CommandPolicy
     # Arguments that replace the model's (a person edited them when approving the call).
     arguments: str | None = None
+    # The tree the command runs in, and the time of the commit of what it changed (see
+    # ``ToolCallInput``); None: the worker's workspace directory.
+    workspace: WorkspaceRef | None = None
+    at_s: float = 0.0
 
 
 class ToolErrorInput(_Payload):

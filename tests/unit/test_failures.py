@@ -39,6 +39,8 @@ PERSISTED = {
     "InvalidAgentSwitch",
     "InvalidInput",
     "ApprovalRefused",
+    "WorkspaceConflict",
+    "WorkspaceUnavailable",
     "BadRequest",
     "ContextWindowExceeded",
     "ContentPolicy",
