@@ -1,7 +1,7 @@
 """Pure history transforms: subtask isolation, agent switch, snapshot restore.
 
-Seeds 000 and 001: tool traffic left over from an earlier subtask or agent made providers
-reject requests (a reused ``tool_call_id``) and confused the next agent. These functions
+Tool traffic left over from an earlier subtask or agent makes strict providers reject
+requests (a reused ``tool_call_id``) and confuses the next agent. These functions
 say exactly what a session looks like after isolation, an agent switch or a restore;
 the session stores and activities apply them, and the tests pin them down.
 """
