@@ -11,6 +11,7 @@ hides them. The Temporal connection is Temporal's own environment configuration 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -27,6 +28,7 @@ from durable_plans.connection import (
 )
 from durable_plans.domain.models import Budget
 from durable_plans.domain.streaming import STREAM_MODES, StreamMode
+from durable_plans.domain.workspace import DEFAULT_BRANCH_PREFIX
 from durable_plans.event_loop import EVENT_LOOPS, EventLoopChoice
 from durable_plans.payload_codec import PayloadKeyError, PayloadKeyring, keyring_from_env
 from durable_plans.workflows.policies import DEFAULT_PARAMETERS, ActivityParameters
@@ -142,6 +144,24 @@ def _budget(env: Mapping[str, str]) -> Budget | None:
     )
 
 
+# What git allows in a branch name, kept simple: no ``..``, ``//``, ``@{``, no part that
+# starts with a dot or ends with ``.lock``; the prefix may end with ``/`` (a folder).
+_BRANCH_PREFIX = re.compile(r"^(?!.*(?:\.\.|//|/\.|\.lock/))[A-Za-z0-9_][A-Za-z0-9._/-]*$")
+
+
+def _branch_prefix(env: Mapping[str, str]) -> str:
+    raw = env.get("DPLAN_WORKSPACE_BRANCH_PREFIX")
+    if raw is None:
+        return DEFAULT_BRANCH_PREFIX
+    value = raw.strip()
+    if value and not _BRANCH_PREFIX.match(value):
+        raise SettingsError(
+            "DPLAN_WORKSPACE_BRANCH_PREFIX must be the start of a git branch name (letters, "
+            f"digits, '._/-', no '..' or '//', not starting with '.' or '-'), got {raw!r}"
+        )
+    return value
+
+
 def _payload_keys(env: Mapping[str, str]) -> PayloadKeyring | None:
     try:
         return keyring_from_env(env)
@@ -169,6 +189,12 @@ class Settings:
     session_store: str = ".dplan/sessions.db"
     workspace: Path = Path("workspace")
     state_dir: Path = Path(".dplan")
+    workspace_remote: str | None = field(default=None, repr=False)
+    """A git remote every worker reaches (``DPLAN_WORKSPACE_REMOTE``: a path, ``file://``,
+    ``git://``, ``https://``, ``ssh://``) holding the plans' commits; None: the workspace
+    repository alone (one host). Hidden from ``repr``: a URL may carry a token."""
+    workspace_branch_prefix: str = DEFAULT_BRANCH_PREFIX
+    """What a plan's result branch is called before its id (``DPLAN_WORKSPACE_BRANCH_PREFIX``)."""
     llm_timeout_s: float = _DEFAULT_LLM_TIMEOUT_S
     """One provider request (litellm ``timeout``); the LLM activity gets this plus
     ``LLM_ACTIVITY_MARGIN_S`` as its start-to-close timeout."""
@@ -255,6 +281,8 @@ class Settings:
             session_store=_opt(e, "DPLAN_SESSION_STORE") or str(state_dir / "sessions.db"),
             workspace=Path(_opt(e, "DPLAN_WORKSPACE") or "workspace"),
             state_dir=state_dir,
+            workspace_remote=_opt(e, "DPLAN_WORKSPACE_REMOTE"),
+            workspace_branch_prefix=_branch_prefix(e),
             llm_timeout_s=_float(e, "DPLAN_LLM_TIMEOUT_S", defaults.llm_timeout_s),
             llm_heartbeat_s=_heartbeat(e, defaults.llm_heartbeat_s),
             llm_max_attempts=_int(e, "DPLAN_LLM_MAX_ATTEMPTS", defaults.llm_max_attempts),

@@ -235,3 +235,18 @@ def test_stream_settings_are_read_and_bad_values_named() -> None:
     assert "DPLAN_LLM_LEAN must be 1/true/yes/on or 0/false/no/off, got 'maybe'" in str(info.value)
     assert Settings.from_env({"DPLAN_LLM_LEAN": "off"}).llm_lean is False
     assert Settings.from_env({"DPLAN_LLM_LEAN": "Yes"}).llm_lean is True
+
+
+def test_workspace_remote_and_branch_prefix() -> None:
+    default = Settings.from_env({})
+    assert default.workspace_remote is None and default.workspace_branch_prefix == "dplan/"
+    url = "https://bot:ghp_" + "c" * 36 + "@git.example/team/work.git"
+    s = Settings.from_env(
+        {"DPLAN_WORKSPACE_REMOTE": f" {url} ", "DPLAN_WORKSPACE_BRANCH_PREFIX": "agents/"}
+    )
+    assert s.workspace_remote == url and s.workspace_branch_prefix == "agents/"
+    assert url not in repr(s)
+    assert Settings.from_env({"DPLAN_WORKSPACE_BRANCH_PREFIX": ""}).workspace_branch_prefix == ""
+    for bad in ("-x/", "a..b/", "a b/", ".hidden/", "x//", "ref~1"):
+        with pytest.raises(SettingsError, match="DPLAN_WORKSPACE_BRANCH_PREFIX"):
+            Settings.from_env({"DPLAN_WORKSPACE_BRANCH_PREFIX": bad})
