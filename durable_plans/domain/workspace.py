@@ -54,8 +54,12 @@ def _ref_part(text: str) -> str:
 
 def tree_ref(plan_id: str, tree: str) -> str:
     """Where a subtask attempt's latest commit is kept (``tree``: its attempt key, e.g.
-    ``write@1``, or a sub-agent's path below it)."""
-    return f"refs/dplan/{_ref_part(plan_id)}/trees/{_ref_part(tree)}"
+    ``write@1``, or a sub-agent's path below it).
+
+    A sub-agent's ``/`` is written ``_``: its ref sits beside its parent's, because git
+    cannot keep a ref ``trees/write@1`` and one inside it (``trees/write@1/agent-2-0``).
+    """
+    return f"refs/dplan/{_ref_part(plan_id)}/trees/{_ref_part(tree).replace('/', '_')}"
 
 
 def attempt_ref(plan_id: str, tree: str) -> str:
