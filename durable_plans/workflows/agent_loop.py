@@ -11,12 +11,20 @@ delegation as its own LLM activity, ``spawn_subagent`` as a nested SubtaskWorkfl
 retries (a command at most once unless declared idempotent), and a workflow may add its
 own (SessionWorkflow's ``switch_agent`` and ``create_plan``) through
 ``custom_tools``.
+
+With a ``workspace`` (a tree at a commit, ``domain.workspace``), every call that may
+change files names the tree's head and returns the commit it made, which becomes the
+head; such calls run one at a time (``_on_tree``), in the order the model made them, so
+each starts from the commit the previous one made and no write is lost to a parallel one.
+A sub-agent works on a tree of its own from the parent's head and, when it completes,
+the parent carries on from its last commit.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -82,10 +90,12 @@ with workflow.unsafe.imports_passed_through():
         mcp_tool_schemas,
         requires_approval,
     )
+    from durable_plans.domain.workspace import WorkspaceRef
 
 from durable_plans.workflows import policies, versions
 from durable_plans.workflows.approvals import ApprovalDesk, edited_note
 from durable_plans.workflows.store_ops import store_op
+from durable_plans.workflows.workspace import moved_to, subagent_start
 
 # A workflow's own tool: (assistant message id, turn, call index, call) → a note for the
 # session, or None. It must write the tool result itself (through an activity).
@@ -95,7 +105,7 @@ CustomTool = Callable[[str, int, int, ToolCallRef], Awaitable[str | None]]
 class LoopFailed(Exception):
     """The loop stopped without an answer (not an activity error): type and message."""
 
-    def __init__(self, type_: FailureType, message: str) -> None:
+    def __init__(self, type_: FailureType | str, message: str) -> None:
         super().__init__(message)
         self.type = type_
         self.message = message
@@ -131,6 +141,34 @@ class AgentLoop:
     latest: str = ""  # the last answer's text, for watchers (the progress query)
     # The MCP servers' tools fixed when the plan started; the agent's ``mcp`` picks some.
     mcp_servers: tuple[McpServerTools, ...] = ()
+    # The tree the tools work on and the commit it is at; None: the worker's workspace
+    # directory (conversations, and runs recorded before the workspace was kept in git).
+    workspace: WorkspaceRef | None = None
+    # Held by each call that works on the tree, so such calls run one at a time.
+    _tree: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+
+    @property
+    def head(self) -> str | None:
+        """The tree's commit now: the subtask's result when it ends."""
+        return self.workspace.head if self.workspace is not None else None
+
+    @contextlib.asynccontextmanager
+    async def _on_tree(self) -> AsyncIterator[WorkspaceRef | None]:
+        """The tree, to one call at a time; nothing to wait for without one."""
+        if self.workspace is None:
+            yield None
+            return
+        async with self._tree:
+            yield self.workspace
+
+    def _took(self, commit: str | None) -> None:
+        """A call made ``commit``: the tree is at it from now on."""
+        self.workspace = moved_to(self.workspace, commit)
+
+    def _at_s(self) -> float:
+        """The date of a commit the call makes (workflow time); unset without a tree, so
+        calls of runs recorded before it carry the inputs they had."""
+        return workflow.now().timestamp() if self.workspace is not None else 0.0
 
     @property
     def mcp_tools(self) -> dict[str, tuple[McpServerTools, McpToolSpec]]:
@@ -268,7 +306,9 @@ class AgentLoop:
             self.usage = self.usage + delegated.usage
             return None
         if ref.name == SPAWN_TOOL and SPAWN_TOOL in tools:
-            return await self._spawn(message_id, index, ref)
+            # The parent's tree waits for the sub-agent: it carries on from its last commit.
+            async with self._on_tree():
+                return await self._spawn(message_id, index, ref)
         at = ToolCallAt(
             session_id=self.session_id,
             message_id=message_id,
@@ -277,44 +317,56 @@ class AgentLoop:
             turn=self.turn,
         )
         if ref.name == RUN_COMMAND_TOOL and RUN_COMMAND_TOOL in tools:
-            await self._run_command(at, arguments)
+            async with self._on_tree():
+                await self._run_command(at, arguments)
             return None
         mcp = self.mcp_tools.get(ref.name)
         if mcp is not None:
             await self._call_mcp(at, *mcp, arguments)
             return None
-        inp = ToolCallInput(
-            session_id=self.session_id,
-            message_id=message_id,
-            call_index=index,
-            scope=self.scope,
-            turn=self.turn,
-            allowed_tools=tools,
-            arguments=arguments,
-        )
+        async with self._on_tree() as tree:
+            inp = ToolCallInput(
+                session_id=self.session_id,
+                message_id=message_id,
+                call_index=index,
+                scope=self.scope,
+                turn=self.turn,
+                allowed_tools=tools,
+                arguments=arguments,
+                workspace=tree,
+                at_s=self._at_s(),
+            )
+            out = await self._run_tool(inp)
+            self._took(out.commit)
+        return None
+
+    async def _run_tool(self, inp: ToolCallInput) -> ToolCallOutput:
+        """``run_tool``: a workspace tool call."""
+        params = policies.current_parameters()
         if workflow.patched(versions.FEWER_ROUND_TRIPS):
             # A local activity: workspace tools take milliseconds and are idempotent
             # (atomic writes, reads), so they run inside the workflow task that received
             # the model's answer instead of costing a server round trip and a workflow
             # task of their own. Temporal Web still shows each call, as a local-activity
             # marker with its input and result.
-            await workflow.execute_local_activity(
+            out: ToolCallOutput = await workflow.execute_local_activity(
                 ACT_RUN_TOOL,
                 inp,
                 result_type=ToolCallOutput,
                 start_to_close_timeout=params.tool_start_to_close,
                 retry_policy=params.tool_retry,
             )
-        else:  # a run started before the change replays the regular activity it ran
-            await workflow.execute_activity(
-                ACT_RUN_TOOL,
-                inp,
-                result_type=ToolCallOutput,
-                start_to_close_timeout=params.tool_start_to_close,
-                heartbeat_timeout=policies.SHORT_HEARTBEAT,
-                retry_policy=params.tool_retry,
-            )
-        return None
+            return out
+        # A run started before the change replays the regular activity it ran.
+        ran: ToolCallOutput = await workflow.execute_activity(
+            ACT_RUN_TOOL,
+            inp,
+            result_type=ToolCallOutput,
+            start_to_close_timeout=params.tool_start_to_close,
+            heartbeat_timeout=policies.SHORT_HEARTBEAT,
+            retry_policy=params.tool_retry,
+        )
+        return ran
 
     def _approval_unavailable(self, name: str) -> bool:
         """Whether ``name`` needs a person's approval by default that nobody can give here
@@ -336,9 +388,15 @@ class AgentLoop:
             return
         attempts = 3 if policy.idempotent else 1
         try:
-            await workflow.execute_activity(
+            out: ToolCallOutput = await workflow.execute_activity(
                 ACT_RUN_COMMAND,
-                CommandCallInput(call=at, policy=policy, arguments=arguments),
+                CommandCallInput(
+                    call=at,
+                    policy=policy,
+                    arguments=arguments,
+                    workspace=self.workspace,
+                    at_s=self._at_s(),
+                ),
                 result_type=ToolCallOutput,
                 start_to_close_timeout=timedelta(seconds=policy.timeout_s + 30),
                 heartbeat_timeout=policies.SHORT_HEARTBEAT,
@@ -346,6 +404,7 @@ class AgentLoop:
                     maximum_attempts=attempts, initial_interval=timedelta(seconds=1)
                 ),
             )
+            self._took(out.commit)
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise
@@ -420,6 +479,7 @@ class AgentLoop:
             return None  # the refusal is already the tool result; the agent carries on
         assert prep.agent is not None and prep.task is not None
         child_id = spawned_subtask_id(prep.agent, turn, index)
+        tree = self.workspace
         child = SubtaskInput(
             plan_run_id=self.child_scope or self.scope,
             subtask=Subtask(id=child_id, description=prep.task, agent=prep.agent),
@@ -430,6 +490,7 @@ class AgentLoop:
             depth=self.depth + 1,
             approval=self.approval,
             mcp_tools=self.mcp_servers,
+            workspace=subagent_start(tree, child_id, prep.agent) if tree is not None else None,
         )
         child_workflow_id = spawned_workflow_id(workflow.info().workflow_id, child_id)
         if self.approvals is not None:  # where `dplan approvals` looks for its calls
@@ -443,6 +504,7 @@ class AgentLoop:
                 static_summary=f"sub-agent {prep.agent}: {prep.task[:100]}",
             )
             ok, text, usage = True, outcome.result, outcome.usage
+            self._took(outcome.commit)  # a failed sub-agent's commits are not taken
         except ChildWorkflowError as err:
             cause = err.cause
             if isinstance(cause, CancelledError):

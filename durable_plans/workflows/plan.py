@@ -10,6 +10,12 @@ wasn't.
 History stays far from Temporal's limits: children carry only ids and short results, and
 when the server suggests continue-as-new the workflow stops starting children, lets the
 running ones finish, and continues with its progress carried in the input.
+
+The workspace is a git repository (``workflows.workspace``): the plan resolves its base
+commit once and carries it, hands each child the commits its tree starts from, keeps
+each subtask's last commit in its row, and, whenever its final report is made (completed,
+failed part-way or cancelled), publishes the merge of what completed as the branch
+``dplan/<plan-id>``, which the report names.
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
         ListMcpToolsOutput,
     )
     from durable_plans.domain.tools_config import McpServerTools
+    from durable_plans.domain.workspace import WorkspaceStart, WorkspaceSummary
 
 from durable_plans.workflows import policies, versions
 from durable_plans.workflows.notify import deliver_report, should_notify
@@ -82,6 +89,13 @@ from durable_plans.workflows.raw_input import NO_INPUT, decode_input
 from durable_plans.workflows.store_ops import store_op
 from durable_plans.workflows.subtask import SubtaskWorkflow
 from durable_plans.workflows.visibility import PlanVisibility, subtask_search_attributes
+from durable_plans.workflows.workspace import (
+    completed_commits,
+    open_base,
+    publish_result,
+    subtask_identity,
+    subtask_tree,
+)
 
 MAX_RESULT_EXCERPT = 4000
 PAYLOAD_BUDGET_CHARS = 400_000  # carried results stay far below the 512 KiB warning
@@ -141,6 +155,11 @@ class PlanWorkflow(PauseHandlers):
         # Subtasks held for an operator (``on_failure: pause``), the operators' Updates on
         # them, and the budget those may raise.
         self.pause_desk = PauseDesk(wake=self._wake)
+        # The workspace kept in git (``versions.GIT_WORKSPACE``): the base commit every
+        # tree starts from, and what the plan published when it ended.
+        self._git = False
+        self._base: str | None = None
+        self._published: WorkspaceSummary | None = None
 
     def _wake(self) -> None:
         """Something changed: the scheduler looks again."""
@@ -167,8 +186,18 @@ class PlanWorkflow(PauseHandlers):
                 results.append(self._with_prior(row) if st.id in self._prior else row)
         elapsed = workflow.now().timestamp() - self._started_at_s if self._started_at_s else 0.0
         return PlanReport.build(
-            plan.id, results, duration_s=max(elapsed, 0.0), cancelled=self._cancelled
+            plan.id,
+            results,
+            duration_s=max(elapsed, 0.0),
+            cancelled=self._cancelled,
+            workspace=self._workspace_summary(),
         )
+
+    def _workspace_summary(self) -> WorkspaceSummary | None:
+        """The published result once the plan ended; until then the base it started from."""
+        if self._published is not None:
+            return self._published
+        return WorkspaceSummary(base=self._base) if self._base is not None else None
 
     def _statuses(self) -> dict[str, SubtaskStatus]:
         statuses = {sid: r.status for sid, r in self._results.items()}
@@ -217,6 +246,7 @@ class PlanWorkflow(PauseHandlers):
             prior=tuple(self._prior[s.id] for s in plan.subtasks if s.id in self._prior),
             budget=self.pause_desk.budget if self.pause_desk.budget != plan.budget else None,
             paused_since=self.pause_desk.carried(plan),
+            workspace_base=self._base,
             mcp_tools=self._mcp_tools,
         )
 
@@ -248,6 +278,9 @@ class PlanWorkflow(PauseHandlers):
         if problems:
             raise invalid_plan_error(f"invalid plan {plan.id!r}: " + "; ".join(problems), problems)
         self._dag = DagIndex(plan)
+        # Asked here, once, whatever happens next: a patch asked at a moment that depends
+        # on timing would be answered differently by a run and its replay.
+        self._git = workflow.patched(versions.GIT_WORKSPACE)
         # Stable across continue-as-new, new for every fresh run of the same plan id.
         self._plan_run_id = plan_run_id(plan.id, workflow.info().first_execution_run_id)
         self._merge_enabled = inp.merge_results
@@ -272,11 +305,15 @@ class PlanWorkflow(PauseHandlers):
         self._mcp_tools = inp.mcp_tools
         if self._mcp_tools is None:
             self._mcp_tools = await self._list_mcp_tools(plan, catalog)
+        if self._git:
+            # Resolved once, then carried: continued and retried runs start from it too.
+            self._base = inp.workspace_base or await open_base(plan)
 
         try:
             carried_over = await self._drive(plan, inp)
         except asyncio.CancelledError:
             await self._cancel_everything(plan)
+            await self._publish(plan)
             self._visibility.end(self._report(), PlanStatus.CANCELLED)
             await self._notify(plan, self._report())
             raise
@@ -286,6 +323,7 @@ class PlanWorkflow(PauseHandlers):
             # Web would show a paused plan with no goal, no size and no reason.
             workflow.continue_as_new(self._carry(inp), memo=workflow.memo())
 
+        await self._publish(plan)
         report = self._report()
         self._visibility.end(report)
         await self._notify(plan, report)
@@ -338,6 +376,16 @@ class PlanWorkflow(PauseHandlers):
                 non_retryable=True,
             ) from None
         return listed.servers
+
+    async def _publish(self, plan: Plan) -> None:
+        """The plan's result branch: what its completed subtasks made, merged in the plan's
+        order onto the base; the final report names it (and the memo, for lists)."""
+        if self._base is None:
+            return
+        self._published = await publish_result(
+            plan.id, self._base, completed_commits(plan, self._results)
+        )
+        self._visibility.workspace(self._published)
 
     async def _notify(self, plan: Plan, report: PlanReport) -> None:
         """Tell the plan's webhook how it ended, once the report is final (completed,
@@ -428,8 +476,23 @@ class PlanWorkflow(PauseHandlers):
             retries=retries,
             approval=plan.approval,
             mcp_tools=self._mcp_tools or (),
+            workspace=self._workspace_start(plan, sid, retries),
         )
         self._running[sid] = asyncio.create_task(self._run_child(plan, sid, child_input))
+
+    def _workspace_start(self, plan: Plan, sid: str, retries: int) -> WorkspaceStart | None:
+        """Where the attempt's tree starts: the base, and its dependencies' results (all
+        completed, or it would not be starting) for the subtask to merge."""
+        if self._base is None:
+            return None
+        sub = plan.subtask(sid)
+        return WorkspaceStart(
+            plan_id=plan.id,
+            tree=subtask_tree(self._plan_run_id, sid, retries),
+            base=self._base,
+            parents=completed_commits(plan, self._results, frozenset(sub.depends_on)),
+            identity=subtask_identity(sub.agent, sid, plan.id),
+        )
 
     async def _run_child(self, plan: Plan, sid: str, child_input: SubtaskInput) -> None:
         agent = child_input.subtask.agent
@@ -453,6 +516,7 @@ class PlanWorkflow(PauseHandlers):
                     llm_calls=outcome.llm_calls,
                     usage=outcome.usage,
                     session_id=outcome.branch_session_id,
+                    commit=outcome.commit,
                 )
             )
         except asyncio.CancelledError:
@@ -476,6 +540,7 @@ class PlanWorkflow(PauseHandlers):
                     llm_calls=details.llm_calls if details else 0,
                     usage=details.usage if details else Usage(),
                     session_id=details.branch_session_id if details else None,
+                    commit=details.commit if details else None,
                 )
             )
             self.pause_desk.failed(result, ran_with=child_input.budget)

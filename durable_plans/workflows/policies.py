@@ -29,11 +29,14 @@ __all__ = [
     "LLM_BACKOFF_COEFFICIENT",
     "NON_RETRYABLE_LLM_ERRORS",
     "NON_RETRYABLE_NOTIFY_ERRORS",
+    "NON_RETRYABLE_WORKSPACE_ERRORS",
     "NOTIFY_BACKOFF_COEFFICIENT",
     "PARAMETERS_EXTERN",
     "SHORT_HEARTBEAT",
+    "WORKSPACE_START_TO_CLOSE",
     "ActivityParameters",
     "current_parameters",
+    "workspace_retry",
 ]
 
 # Errors classified non-retryable by activities/llm_errors.py; listed here too so that a
@@ -49,6 +52,18 @@ NON_RETRYABLE_NOTIFY_ERRORS = (
     FailureType.WEBHOOK_REJECTED.value,
     FailureType.WEBHOOK_MISCONFIGURED.value,
 )
+
+# A merge whose dependencies changed the same lines conflicts again on every attempt, and
+# a repository or remote the activity found unusable (a missing base, a refused push)
+# needs a person; anything else (a remote that did not answer) is worth retrying.
+NON_RETRYABLE_WORKSPACE_ERRORS = (
+    FailureType.WORKSPACE_CONFLICT.value,
+    FailureType.WORKSPACE_UNAVAILABLE.value,
+)
+
+# One attempt of a workspace activity (open, merge, publish): local git work takes
+# milliseconds, but a remote may have to be fetched from or pushed to first.
+WORKSPACE_START_TO_CLOSE = timedelta(minutes=5)
 
 # Runs recorded before workspace tools became local activities ran them as regular
 # activities, heartbeating every second; a silent one was retried elsewhere after this.
@@ -177,3 +192,16 @@ def current_parameters() -> ActivityParameters:
         return DEFAULT_PARAMETERS
     parameters = extern()
     return parameters if isinstance(parameters, ActivityParameters) else DEFAULT_PARAMETERS
+
+
+def workspace_retry() -> RetryPolicy:
+    """The workspace activities' retries: a few, backing off, never for a conflict or an
+    unusable repository. A function, not a constant: the policy holds a list, and a module
+    passed through the sandbox must not share a mutable value between runs."""
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=6,
+        non_retryable_error_types=list(NON_RETRYABLE_WORKSPACE_ERRORS),
+    )

@@ -4,6 +4,11 @@
 empty answer or the turn limit make the workflow fail, with the cause attached, so
 Temporal Web and the plan report show the same truth. The branch is closed in
 every case, cancellation included. The loop itself lives in ``workflows.agent_loop``.
+
+With a workspace (``SubtaskInput.workspace``) the subtask works on a tree of its own: from
+the plan's base, its one dependency's result, or the merge of several (a conflict fails
+the subtask with ``WorkspaceConflict``, which ``on_failure: pause`` holds for an operator's
+resolution); its result is the tree's last commit, and a failure names its attempt's.
 """
 
 from __future__ import annotations
@@ -34,12 +39,14 @@ with workflow.unsafe.imports_passed_through():
         snapshot_id,
         subtask_scope,
     )
+    from durable_plans.domain.workspace import WorkspaceRef
 
 from durable_plans.workflows import versions
 from durable_plans.workflows.agent_loop import AgentLoop, LoopFailed
 from durable_plans.workflows.approvals import ApprovalHandlers
 from durable_plans.workflows.live import release
 from durable_plans.workflows.store_ops import store_op
+from durable_plans.workflows.workspace import WorkspaceStepFailed, start_head
 
 
 @workflow.defn(name=SUBTASK_WORKFLOW)
@@ -123,11 +130,22 @@ class SubtaskWorkflow(ApprovalHandlers):
 
         def failure_details() -> SubtaskFailureDetails:
             return SubtaskFailureDetails(
-                llm_calls=loop.llm_calls, usage=loop.usage, branch_session_id=branch
+                llm_calls=loop.llm_calls,
+                usage=loop.usage,
+                branch_session_id=branch,
+                commit=loop.head,
             )
 
         succeeded = False
         try:
+            start = inp.workspace
+            if start is not None:
+                if len(start.parents) > 1:
+                    loop.phase = "merging " + ", ".join(sid for sid, _ in start.parents)
+                head = await start_head(start, sub.id)
+                loop.workspace = WorkspaceRef(
+                    plan_id=start.plan_id, tree=start.tree, head=head, identity=start.identity
+                )
             answer = await loop.run(inp.max_turns or spec.max_turns)
             succeeded = True
             return SubtaskOutcome(
@@ -135,7 +153,10 @@ class SubtaskWorkflow(ApprovalHandlers):
                 llm_calls=loop.llm_calls,
                 usage=loop.usage,
                 branch_session_id=branch,
+                commit=loop.head,
             )
+        except WorkspaceStepFailed as failure:
+            raise subtask_failed_error(failure.type, failure.message, failure_details()) from None
         except LoopFailed as failure:
             raise subtask_failed_error(failure.type, failure.message, failure_details()) from None
         except ActivityError as err:

@@ -36,3 +36,10 @@ TOOL_APPROVAL = "tool-approval-1"
 # A plan about to wait for an operator with nothing running publishes the progress the
 # interval held back (an upsert of its search attributes): nothing else would come to.
 IDLE_PROGRESS = "idle-progress-1"
+
+# The workspace is a git repository and the plan carries commit ids: a plan resolves its
+# base (an activity) and publishes its result branch when it ends (another), a subtask
+# with several dependencies merges their results first, and tool calls take and return
+# the tree's commit. Asked once, in the run's first task; runs without the marker work
+# in the worker's workspace directory as before.
+GIT_WORKSPACE = "git-workspace-1"

@@ -38,6 +38,7 @@ from temporalio.common import SearchAttributePair, SearchAttributeUpdate, TypedS
 from durable_plans.domain import search_attributes as sa
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus
 from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.domain.workspace import WorkspaceSummary
 from durable_plans.workflows import versions
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "GOAL_SEARCHABLE_EXTERN",
     "PROGRESS_INTERVAL",
     "SEARCH_ATTRIBUTES_EXTERN",
+    "WORKSPACE_MEMO",
     "PlanVisibility",
     "plan_memo",
     "search_attributes_registered",
@@ -74,6 +76,10 @@ _STATUS_OF_REPORT = MappingProxyType(
 )
 
 PAUSED_REASON_CHARS = 300
+
+# The memo key of a plan's workspace result ({base, result, branch, left_out}), set once
+# when it ends; only plans that keep the workspace in git write it.
+WORKSPACE_MEMO = "workspace"
 
 
 def search_attributes_registered() -> bool:
@@ -188,6 +194,11 @@ class PlanVisibility:
             sid: scrub_secrets(reason)[:PAUSED_REASON_CHARS] for sid, reason in paused.items()
         }
         workflow.upsert_memo({sa.PAUSED_MEMO: reasons or None})
+
+    def workspace(self, summary: WorkspaceSummary) -> None:
+        """Where the plan's work is (its base, result commit and branch), in the memo: what
+        Temporal Web and a list of plans show without asking each workflow."""
+        workflow.upsert_memo({WORKSPACE_MEMO: summary.model_dump(mode="json")})
 
     def end(self, report: PlanReport, status: PlanStatus | None = None) -> None:
         """The final status and totals (always, when anything changed)."""
