@@ -24,6 +24,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from durable_plans.cli.workspace_lines import short_commit, workspace_line
 from durable_plans.client._live import PlanWatch, SubtaskNow
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, SubtaskResult, SubtaskStatus
 
@@ -319,10 +320,15 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
     table.add_column("calls", justify="right", no_wrap=True)
     table.add_column("tokens", justify="right", no_wrap=True)
     table.add_column("cost", justify="right", no_wrap=True)
+    # Each subtask's last commit (a completed one's is what it gave the plan), for plans
+    # that keep the workspace in git.
+    commits = report.workspace is not None or any(r.commit for r in report.subtasks)
+    if commits:
+        table.add_column("commit", no_wrap=True, style="dim")
     table.add_column("result / error", no_wrap=True, overflow="ellipsis", ratio=1)
     for r in report.subtasks:
         symbol, style = _LOOK[r.status]
-        table.add_row(
+        cells: list[RenderableType] = [
             Text(symbol, style=style),
             r.id,
             Text(r.status.value + (f" ↻{r.retries}" if r.retries else ""), style=style),
@@ -330,8 +336,11 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
             str(r.llm_calls),
             f"{r.usage.total_tokens:,}",
             f"${r.usage.cost_usd:.4f}",
-            Text(_one_line(_detail(r, None), 140), style=style if r.error else ""),
-        )
+        ]
+        if commits:
+            cells.append(short_commit(r.commit))
+        cells.append(Text(_one_line(_detail(r, None), 140), style=style if r.error else ""))
+        table.add_row(*cells)
     c, u = report.counts, report.usage
     totals = Text(
         f"completed {c.completed} · failed {c.failed} · skipped {c.skipped} · "
@@ -346,6 +355,9 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
         style="dim",
     )
     parts: list[RenderableType] = [headline, table, totals, usage]
+    workspace = workspace_line(report)
+    if workspace is not None:
+        parts.append(Text(workspace))
     # The table cuts text to fit; why a subtask failed must never be cut, so it is
     # repeated in full below the table.
     for r in report.subtasks:

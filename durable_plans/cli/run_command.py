@@ -24,6 +24,7 @@ from temporalio.client import WorkflowHandle
 from durable_plans.activities.log import ensure_logging
 from durable_plans.cli._common import Exit, Usage, err, read_settings, reported
 from durable_plans.cli.progress import follow_progress, report_renderable
+from durable_plans.cli.workspace_lines import workspace_hints
 from durable_plans.client import Client, InvalidPlan, PlanAlreadyRunning, load_plan
 from durable_plans.client._client import agents_of
 from durable_plans.client._live import PlanWatch
@@ -68,15 +69,24 @@ def scripted_model_note(settings: Settings) -> str:
     )
 
 
-def _print_report(report: PlanReport, *, json_output: bool, url: str | None) -> None:
+def _print_report(
+    report: PlanReport, *, json_output: bool, url: str | None, settings: Settings | None = None
+) -> None:
+    """The report; with ``settings``, then how to look at the plan's result branch."""
     if json_output:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
         sys.stdout.flush()
-    else:
-        console = Console()
-        if not console.is_terminal:  # a log or pipe: no terminal width to respect
-            console = Console(width=max(console.width, _PLAIN_WIDTH))
-        console.print(report_renderable(report, web_url=url))
+        return
+    console = Console()
+    if not console.is_terminal:  # a log or pipe: no terminal width to respect
+        console = Console(width=max(console.width, _PLAIN_WIDTH))
+    console.print(report_renderable(report, web_url=url))
+    if settings is not None:
+        hints = workspace_hints(
+            report, settings.workspace, remote=settings.workspace_remote is not None
+        )
+        for line in hints:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def exit_code(report: PlanReport) -> int:
@@ -249,7 +259,7 @@ async def follow_to_report(
         report = await result
     finally:
         result.cancel()
-    _print_report(report, json_output=json_output, url=url)
+    _print_report(report, json_output=json_output, url=url, settings=conn.settings)
     if conn.embedded_db is not None and url:
         temporal = Path(sys.executable).parent / "temporal"
         err(
@@ -308,7 +318,7 @@ async def status_command(
             sys.stdout.write(json.dumps(document, indent=2) + "\n")
             sys.stdout.flush()
         else:
-            _print_report(report, json_output=json_output, url=url)
+            _print_report(report, json_output=json_output, url=url, settings=resolved)
             if notification is not None:
                 print(describe_notification(notification))
         if follow:
