@@ -93,6 +93,7 @@ from durable_plans.workflows.workspace import (
     completed_commits,
     open_base,
     publish_result,
+    result_commits,
     subtask_identity,
     subtask_tree,
 )
@@ -383,7 +384,7 @@ class PlanWorkflow(PauseHandlers):
         if self._base is None:
             return
         self._published = await publish_result(
-            plan.id, self._base, completed_commits(plan, self._results)
+            plan.id, self._base, result_commits(plan, self._results)
         )
         self._visibility.workspace(self._published)
 

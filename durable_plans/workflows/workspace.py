@@ -47,6 +47,7 @@ __all__ = [
     "open_base",
     "plan_identity",
     "publish_result",
+    "result_commits",
     "start_head",
     "subagent_start",
     "subtask_identity",
@@ -132,6 +133,18 @@ def completed_commits(
         if result is not None and result.status is SubtaskStatus.COMPLETED and result.commit:
             picked.append((sub.id, result.commit))
     return tuple(picked)
+
+
+def result_commits(plan: Plan, results: dict[str, SubtaskResult]) -> tuple[tuple[str, str], ...]:
+    """What the plan's result merges: the completed subtasks' commits (plan order) that no
+    completed dependent's commit already contains. A dependent started from its
+    dependencies' results, so its commit holds theirs: the result of a plan whose last
+    subtask joins everything is that subtask's commit, and the branch's history is the
+    plan's DAG, with no merge of what is merged already."""
+    done = completed_commits(plan, results)
+    with_commit = {sid for sid, _ in done}
+    contained = {dep for sub in plan.subtasks if sub.id in with_commit for dep in sub.depends_on}
+    return tuple((sid, commit) for sid, commit in done if sid not in contained)
 
 
 def _why(err: ActivityError) -> tuple[str, str]:

@@ -264,7 +264,7 @@ async def test_trees_start_from_the_base_a_dependency_or_the_merge_and_the_resul
 
     [published] = git.published
     assert published.base == BASE
-    assert published.commits == tuple((sid, rows[sid].commit) for sid in "abcd")
+    assert published.commits == (("d", d.commit),)  # d's commit holds everything before it
     assert report.workspace == WorkspaceSummary(
         base=BASE, result=commit_of("publish", BASE, *published.commits), branch=f"dplan/{plan.id}"
     )
@@ -277,15 +277,17 @@ async def test_a_failed_subtask_names_its_attempt_and_gives_the_result_nothing(r
     plan = _plan(
         "fail",
         _coder("ok", "Write ok {writes:ok.txt}"),
-        _coder("bad", "Write then fail {writes:bad.txt} {then-fail}"),
+        _coder("bad", "Write then fail {writes:bad.txt} {then-fail}", "ok"),
     )
     report, failure = await run_plan(rig.client, plan, rig.settings.task_queue)
     assert failure is not None and report.status is PlanStatus.FAILED
     rows = {r.id: r for r in report.subtasks}
     [bad] = [c for c in rig.git.calls if c.tree.endswith("/bad")]
+    assert bad.head == rows["ok"].commit
     assert rows["bad"].status is SubtaskStatus.FAILED and rows["bad"].commit == bad.commit
-    # The plan failed part-way: what completed is still published, and the failure's
-    # report (the PlanFailed details) names it.
+    # The plan failed part-way: what completed is still published (the failed dependent's
+    # commit holds it, but is not taken), and the failure's report (the PlanFailed
+    # details) names the branch.
     [published] = rig.git.published
     assert published.commits == (("ok", rows["ok"].commit),)
     assert report.workspace is not None and report.workspace.branch == f"dplan/{plan.id}"
