@@ -306,11 +306,10 @@ class PlanWorkflow(PauseHandlers):
         self._mcp_tools = inp.mcp_tools
         if self._mcp_tools is None:
             self._mcp_tools = await self._list_mcp_tools(plan, catalog)
-        if self._git:
-            # Resolved once, then carried: continued and retried runs start from it too.
-            self._base = inp.workspace_base or await open_base(plan)
-
         try:
+            if self._git:
+                # Resolved once, then carried: continued and retried runs start from it.
+                self._base = inp.workspace_base or await open_base(plan)
             carried_over = await self._drive(plan, inp)
         except asyncio.CancelledError:
             await self._cancel_everything(plan)

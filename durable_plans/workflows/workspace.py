@@ -14,6 +14,8 @@ Deterministic: no I/O, workflow time only.
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
@@ -175,8 +177,8 @@ async def open_base(plan: Plan) -> str:
             summary="workspace: resolve the base",
         )
     except ActivityError as err:
-        if _cancelled(err):
-            raise
+        if _cancelled(err):  # the plan is being cancelled: it ends cancelled, with a report
+            raise asyncio.CancelledError() from err
         type_, message = _why(err)
         raise application_error(
             type_, f"plan {plan.id!r} cannot start: its workspace: {message}"
@@ -238,8 +240,8 @@ async def publish_result(
             summary="workspace: publish the result branch",
         )
     except ActivityError as err:
-        if _cancelled(err):
-            raise
+        # A cancel that arrives while the plan is publishing (it had ended otherwise) is
+        # treated like any other failure to publish: the report is made all the same.
         type_, message = _why(err)
         workflow.logger.warning(
             "plan %s: its result branch was not published: %s: %s", plan_id, type_, message
