@@ -1,5 +1,8 @@
 """Chaos: workers SIGKILLed in the middle of a workspace file write and of session work
-(branch build, branch close); no torn file, no duplicated or lost message, no leftovers."""
+(branch build, branch close); no torn file, no duplicated or lost message, no leftovers.
+
+Writes land in the subtask's tree (under the state directory) and reach the plan's result
+branch as commits; the files are read back from that branch."""
 
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ from tests.integration.chaos_support import (
 )
 from tests.integration.plans import make_plan
 from tests.integration.stored import opened_store
+from tests.integration.workspace_files import plan_paths, result_text
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +84,7 @@ def long_history(n_turns: int) -> list[Message]:
     return out
 
 
-async def kill_during_write(worker: ChaosWorker, workspace: Path) -> tuple[float, int, str]:
+async def kill_during_write(worker: ChaosWorker, trees: Path) -> tuple[float, int, str]:
     """SIGKILL while a write's temp file exists. Each write is watched from the moment its
     ``run_tool`` starts; a write that completed between two looks is let go and the next
     one watched, and the last one is killed whatever it is doing. Returns the kill time,
@@ -88,29 +92,36 @@ async def kill_during_write(worker: ChaosWorker, workspace: Path) -> tuple[float
     sizes = [len(file_content(path).encode()) for path in WRITES]  # not in the hot path
     for i, path in enumerate(WRITES):
         await worker.wait_for_activity(ACT_RUN_TOOL, timeout_s=60)
-        stage = watch_write(workspace / path, sizes[i])
+        stage = watch_write(trees, path, sizes[i])
         if stage.startswith("mid-write") or i == len(WRITES) - 1:
             return worker.kill_now(), i, stage
     raise AssertionError("unreachable")
 
 
-def watch_write(target: Path, size: int) -> str:
-    """Busy-polls (≤ 10 s) until the write is under way or done; says which it saw first.
+def watch_write(trees: Path, path: str, size: int) -> str:
+    """Busy-polls (≤ 10 s) until the write of ``path`` is under way or done in any of the
+    plan's trees (each subtask writes in its own); says which it saw first.
 
-    No sleep between looks (listing one directory takes microseconds): the loop ends
+    No sleep between looks (listing a few directories takes microseconds): the loop ends
     within milliseconds, as soon as the write begins.
     """
-    temp_prefix = f".{target.name}."
+    parent, _, name = path.rpartition("/")
+    temp_prefix = f".{name}."
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
-            names = os.listdir(target.parent)
+            folders = [tree / parent for tree in trees.iterdir() if tree.is_dir()]
         except FileNotFoundError:
-            continue  # the directory is created right before the temp file
-        if any(n.startswith(temp_prefix) and n.endswith(TEMP_SUFFIX) for n in names):
-            return "mid-write (temp file present)"
-        if target.name in names and target.stat().st_size == size:
-            return "write finished, activity not yet reported"
+            continue  # the plan's first tree is made when its first call starts
+        for folder in folders:
+            try:
+                names = os.listdir(folder)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # the directory is created right before the temp file
+            if any(n.startswith(temp_prefix) and n.endswith(TEMP_SUFFIX) for n in names):
+                return "mid-write (temp file present)"
+            if name in names and (folder / name).stat().st_size == size:
+                return "write finished, activity not yet reported"
     return "run_tool running, write not begun within 10s"
 
 
@@ -122,6 +133,7 @@ async def test_kill_during_tool_write_and_session_work(
     workspace = chaos_workspace(tmp_path)
     store_path = tmp_path / "sessions.db"
     plan = make_plan(WRITE_PLAN, session_id=f"write-{uuid.uuid4().hex[:6]}", prefix="write")
+    trees = tmp_path / "state" / "trees" / plan.id  # where worker_env's workers make them
     base_id = plan.session_id
     assert base_id is not None
     history = long_history(HISTORY_TURNS)
@@ -141,9 +153,9 @@ async def test_kill_during_tool_write_and_session_work(
         await (await crew.spawn()).ready(READY_TIMEOUT_S)
         handle = await start_plan(client, PlanInput(plan=plan), crew.task_queue)
         run_id = plan_run_id(plan, handle.first_execution_run_id)
-        _, index, stage = await kill_during_write(workers[-1], workspace)
+        _, index, stage = await kill_during_write(workers[-1], trees)
         await crew.record_kill(plan, run_id)
-        log.add(f"kill1 in {ACT_RUN_TOOL} of w{index + 1}: {stage} {temp_leftovers(workspace)};")
+        log.add(f"kill1 in {ACT_RUN_TOOL} of w{index + 1}: {stage} {temp_leftovers(trees)};")
 
         # The next subtask's isolation: its first LLM call builds its branch (a snapshot
         # of the long base, tool traffic stripped). On the new worker the killed subtask
@@ -174,20 +186,24 @@ async def test_kill_during_tool_write_and_session_work(
         await crew.stop()
 
     audit = crew.audit()
-    leftovers = temp_leftovers(workspace)
-    sizes = [(workspace / p).stat().st_size for p in leftovers]
+    leftovers = temp_leftovers(trees)
+    sizes = [(trees / p).stat().st_size for p in leftovers]
     log.add(f"requests={audit.requests} repeats={audit.repeats} leftovers={leftovers} {sizes}")
     assert audit.violations == [], audit.violations
     assert audit.rejected == [] and audit.not_completions == []
     assert audit.distinct == sum(2 + ("[turns:2]" in d) for _, d, _ in WRITE_PLAN)
     # Atomic writes: every file holds exactly the intended text, whatever was interrupted.
     for path in WRITES:
-        assert (workspace / path).read_text() == file_content(path), path
+        assert result_text(workspace, plan.id, path) == file_content(path), path
     # A write that was not interrupted cleans up after itself; a temp file that SIGKILL
-    # left behind mid-write is reported above and never became (part of) the file.
+    # left behind mid-write is reported above and never became (part of) the file, nor
+    # part of any commit of the plan.
     if not stage.startswith("mid-write"):
         assert leftovers == [], leftovers
     assert len(leftovers) <= 1, leftovers
+    committed = plan_paths(workspace, plan.id)
+    assert set(WRITES) <= committed
+    assert not [p for p in committed if p.endswith(TEMP_SUFFIX)], committed
     await check_plan(
         client, store_path, plan, report, handle.first_execution_run_id, base_before=history
     )

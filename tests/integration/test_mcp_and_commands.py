@@ -34,6 +34,7 @@ from tests.integration.conftest import FAKE_KEY, running_worker
 from tests.integration.plans import by_id, run_plan
 from tests.integration.replay import assert_replays
 from tests.integration.stored import subtask_messages, tool_answers
+from tests.integration.workspace_files import plan_paths, result_paths, result_text
 
 pytestmark = pytest.mark.integration
 
@@ -178,7 +179,7 @@ async def test_the_fix_a_failing_test_example_runs_offline(client: Client, tmp_p
     assert len(runs) == 2
     assert "exit code 1" in runs[0] and "FAIL: test_adds_two_numbers" in runs[0]
     assert "exit code 0" in runs[1] and "\nOK" in runs[1]
-    assert "return a + b" in (workspace / "calc.py").read_text()
+    assert "return a + b" in (result_text(workspace, plan.id, "calc.py") or "")
     assert "exit code 0" in (by_id(report)["fix"].result or "")
 
 
@@ -218,7 +219,7 @@ async def test_run_command_waits_for_approval_by_default(client: Client, tmp_pat
             with contextlib.suppress(RPCError):  # the plan may not have started yet
                 pending = {row.subtask: row for row in await pending_calls(client, plan.id)}
         assert {row.tool for row in pending.values()} == {"run_command"}
-        assert not (workspace / "a").exists() and not (workspace / "b").exists()
+        assert not {"a", "b"} & plan_paths(workspace, plan.id)  # no command ran yet
         edited = json.dumps({"argv": ["touch", "edited"]})
         await decide(client, plan.id, pending["yes"].call, approve=True, who="t", arguments=edited)
         await decide(client, plan.id, pending["no"].call, approve=False, who="t", reason="not now")
@@ -228,7 +229,8 @@ async def test_run_command_waits_for_approval_by_default(client: Client, tmp_pat
             sid: [m.content or "" for m in tool_answers(await subtask_messages(store, report, sid))]
             for sid in ("yes", "no")
         }
-    assert (workspace / "edited").exists()  # the approver's arguments ran, not the model's
-    assert not (workspace / "a").exists() and not (workspace / "b").exists()
+    # The approver's arguments ran, not the model's.
+    assert "edited" in result_paths(workspace, plan.id)
+    assert not {"a", "b"} & plan_paths(workspace, plan.id)
     assert "exit code 0" in answers["yes"][0]
     assert "t rejected it: not now" in answers["no"][0]

@@ -163,9 +163,15 @@ async def test_failed_plan_is_found_by_temporal_cli_and_dplan_list(
     assert row["tokens"] == report.usage.total_tokens > 0
     assert row["goal"] == plan.goal
 
-    # The memo was set by the workflow: run_plan starts it without one.
+    # The memo was set by the workflow: run_plan starts it without one. When the plan
+    # ended it added where its work is (the report's workspace).
     description = await harness.client.get_workflow_handle(plan.id).describe()
-    assert await description.memo() == {"goal": plan.goal, "subtask_count": 3}
+    assert report.workspace is not None
+    assert await description.memo() == {
+        "goal": plan.goal,
+        "subtask_count": 3,
+        "workspace": report.workspace.model_dump(mode="json"),
+    }
 
     # The failed child carries its plan and agent from its start on.
     child = await harness.client.get_workflow_handle(f"{plan.id}/deps").describe()
@@ -249,7 +255,12 @@ async def test_without_registered_attributes_plans_run_with_one_warning_then_set
         assert "search_attributes_missing" in line and "dplan setup" in line
         assert await _upserts(client, plan.id) == 0
         description = await client.get_workflow_handle(plan.id).describe()
-        assert await description.memo() == {"goal": plan.goal, "subtask_count": 2}
+        assert report.workspace is not None
+        assert await description.memo() == {
+            "goal": plan.goal,
+            "subtask_count": 2,
+            "workspace": report.workspace.model_dump(mode="json"),
+        }
         await assert_replays(client, [plan.id])
 
         # dplan list still works: from execution status and memo, fewer columns.
