@@ -35,10 +35,12 @@ from pathlib import Path
 from pydantic import Field
 from temporalio import activity
 
+from durable_plans.activities.git_workspace import GitWorkspace, tool_commit_message
 from durable_plans.activities.heartbeat import heartbeating
 from durable_plans.activities.tool_calls import pending_call, store_answer
 from durable_plans.activities.tool_registry import ToolArgs, ToolRegistry, ToolResult, ToolSpec
 from durable_plans.activities.workspace import MAX_PATH_CHARS, ToolRefused, Workspace
+from durable_plans.activities.workspace_activities import in_thread, leased_tree
 from durable_plans.domain.contracts import ToolCallOutput
 from durable_plans.domain.tool_contracts import ACT_RUN_COMMAND, CommandCallInput
 from durable_plans.domain.tools_config import RUN_COMMAND_TOOL, CommandPolicy
@@ -345,19 +347,45 @@ COMMAND_TOOLS: dict[str, ToolSpec] = {s.name: s for s in COMMAND_REGISTRY.specs(
 
 class CommandActivities:
     """The ``run_command`` activity: a regular activity, run at most once unless the
-    agent declared its commands idempotent (the workflow sets the retry policy)."""
+    agent declared its commands idempotent (the workflow sets the retry policy).
 
-    def __init__(self, store: SessionStore, settings: Settings) -> None:
+    With a workspace in the input the command runs in that tree, and whatever it changed
+    (a command may write anything) is committed before its answer is stored; the commit
+    returns with the answer, also to a retry that finds the answer stored.
+    """
+
+    def __init__(
+        self, store: SessionStore, settings: Settings, git: GitWorkspace | None = None
+    ) -> None:
         self._store = store
         self._settings = settings
+        self._git = git or GitWorkspace.from_settings(settings)
 
     @activity.defn(name=ACT_RUN_COMMAND)
     async def run_command(self, inp: CommandCallInput) -> ToolCallOutput:
         async with heartbeating():
             call = await pending_call(self._store, inp.call)
             if isinstance(call, ToolCallOutput):
-                return call
-            context = CommandContext(Workspace(self._settings.workspace), inp.policy)
+                if inp.workspace is None:
+                    return call
+                message = self._message(inp, call.name)
+                made = await in_thread(self._git.answered_commit, inp.workspace, message)
+                return call.model_copy(update={"commit": made})
             arguments = inp.arguments if inp.arguments is not None else call.function.arguments
-            result = await COMMAND_REGISTRY.execute(call.function.name, arguments, context)
-            return await store_answer(self._store, inp.call, call, result)
+            if inp.workspace is None:
+                context = CommandContext(Workspace(self._settings.workspace), inp.policy)
+                result = await COMMAND_REGISTRY.execute(call.function.name, arguments, context)
+                return await store_answer(self._store, inp.call, call, result)
+            async with leased_tree(self._git, inp.workspace) as lease:
+                await in_thread(lease.mark_changing)
+                context = CommandContext(Workspace(lease.path), inp.policy)
+                result = await COMMAND_REGISTRY.execute(call.function.name, arguments, context)
+                message = self._message(inp, call.function.name)
+                commit = await in_thread(lease.commit, message, inp.at_s)
+            answer = await store_answer(self._store, inp.call, call, result)
+            return answer.model_copy(update={"commit": commit})
+
+    @staticmethod
+    def _message(inp: CommandCallInput, tool: str) -> str:
+        assert inp.workspace is not None
+        return tool_commit_message(inp.workspace.tree, inp.call.turn, inp.call.call_index, tool)

@@ -9,6 +9,7 @@ from durable_plans.activities.approvals import ApprovalActivities
 from durable_plans.activities.commands import CommandActivities
 from durable_plans.activities.conversation import ConversationActivities
 from durable_plans.activities.delegation import DelegationActivities
+from durable_plans.activities.git_workspace import GitWorkspace
 from durable_plans.activities.llm import LlmActivities
 from durable_plans.activities.mcp import McpActivities
 from durable_plans.activities.notify import NotifyActivities
@@ -16,6 +17,7 @@ from durable_plans.activities.sessions import SessionActivities
 from durable_plans.activities.subagents import SubagentActivities
 from durable_plans.activities.tool_calls import ToolErrorActivities
 from durable_plans.activities.tools import ToolActivities
+from durable_plans.activities.workspace_activities import WorkspaceActivities
 from durable_plans.domain.agents_loader import load_catalog
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
@@ -23,15 +25,19 @@ from durable_plans.settings import Settings
 
 class PlanActivities:
     def __init__(self, store: SessionStore, settings: Settings) -> None:
+        # One git workspace for every activity that touches files: its trees' locks and
+        # the repository it opened are shared.
+        git = GitWorkspace.from_settings(settings)
         self.sessions = SessionActivities(store)
         self.llm = LlmActivities(store, settings)
-        self.tools = ToolActivities(store, settings)
+        self.tools = ToolActivities(store, settings, git)
+        self.workspace = WorkspaceActivities(git)
         self.delegation = DelegationActivities(store, settings)
         self.subagents = SubagentActivities(store)
         self.conversation = ConversationActivities(store)
         self.notify = NotifyActivities()
         self.approvals = ApprovalActivities(store)
-        self.commands = CommandActivities(store, settings)
+        self.commands = CommandActivities(store, settings, git)
         self.tool_errors = ToolErrorActivities(store)
         # MCP servers come from the worker's own agents file: a workflow names a server,
         # the worker decides what that starts and which secrets it gets.
@@ -62,6 +68,9 @@ class PlanActivities:
             self.tool_errors.answer_tool_error,
             self.mcp.list_mcp_tools,
             self.mcp.call_mcp_tool,
+            self.workspace.workspace_open,
+            self.workspace.workspace_merge,
+            self.workspace.workspace_publish,
         ]
 
     async def aclose(self) -> None:

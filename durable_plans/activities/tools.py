@@ -4,6 +4,12 @@ A tool's failure is an answer for the model, not a crashed workflow: anything th
 can cause (bad arguments, an unknown tool, a refused path) comes back as an ``error:``
 tool result. The tool message id is deterministic, so a retried activity never answers a
 call twice, which would make the next request invalid for a strict provider.
+
+With a workspace in the input the call works in that tree (``activities/git_workspace``):
+a tool that may change files ends with a commit of the whole tree, made before the answer
+is stored, and its id returns with the answer; a retried call that finds its answer
+stored returns the commit its earlier attempt made. Without one (runs recorded before the
+workspace was kept in git) it works in the worker's workspace directory, as it did then.
 """
 
 from __future__ import annotations
@@ -13,21 +19,28 @@ import asyncio
 from temporalio import activity
 
 from durable_plans.activities import observe
+from durable_plans.activities.git_workspace import GitWorkspace, tool_commit_message
 from durable_plans.activities.heartbeat import heartbeating
 from durable_plans.activities.tool_calls import pending_call, store_answer
-from durable_plans.activities.tool_catalog import refuse_call
+from durable_plans.activities.tool_catalog import READ_ONLY_TOOLS, refuse_call
+from durable_plans.activities.tool_registry import ToolResult
 from durable_plans.activities.workspace import Workspace
+from durable_plans.activities.workspace_activities import in_thread
 from durable_plans.activities.workspace_tools import execute_workspace_tool
 from durable_plans.domain.contracts import ACT_RUN_TOOL, ToolCallInput, ToolCallOutput
 from durable_plans.domain.tool_contracts import ToolCallAt
+from durable_plans.domain.workspace import WorkspaceRef
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
 
 
 class ToolActivities:
-    def __init__(self, store: SessionStore, settings: Settings) -> None:
+    def __init__(
+        self, store: SessionStore, settings: Settings, git: GitWorkspace | None = None
+    ) -> None:
         self._store = store
         self._settings = settings
+        self._git = git or GitWorkspace.from_settings(settings)
 
     @activity.defn(name=ACT_RUN_TOOL)
     async def run_tool(self, inp: ToolCallInput) -> ToolCallOutput:
@@ -45,7 +58,12 @@ class ToolActivities:
         )
         call = await pending_call(self._store, at)
         if isinstance(call, ToolCallOutput):
-            return call  # answered by an earlier attempt: never twice
+            # Answered by an earlier attempt: never twice, but with the commit it made.
+            if inp.workspace is None or call.name in READ_ONLY_TOOLS:
+                return call
+            message = tool_commit_message(inp.workspace.tree, inp.turn, inp.call_index, call.name)
+            made = await in_thread(self._git.answered_commit, inp.workspace, message)
+            return call.model_copy(update={"commit": made})
         name = call.function.name
         # An operator who approved the call may have replaced its arguments.
         arguments = inp.arguments if inp.arguments is not None else call.function.arguments
@@ -53,9 +71,29 @@ class ToolActivities:
         # The workflow carries out the other tools itself; what reaches here is a file tool,
         # or a call the agent may not make (a tool it lacks, or one that does not exist).
         result = refuse_call(name, inp.allowed_tools)
+        commit: str | None = None
         if result is None:
-            workspace = Workspace(self._settings.workspace)
-            result = await asyncio.to_thread(execute_workspace_tool, name, arguments, workspace)
+            if inp.workspace is None:
+                workspace = Workspace(self._settings.workspace)
+                result = await asyncio.to_thread(execute_workspace_tool, name, arguments, workspace)
+            else:
+                done, commit = await in_thread(self._in_tree, inp, inp.workspace, name, arguments)
+                result = done
         answer = await store_answer(self._store, at, call, result)
         observe.tool_call(name, result.ok)
-        return answer
+        return answer if commit is None else answer.model_copy(update={"commit": commit})
+
+    def _in_tree(
+        self, inp: ToolCallInput, ref: WorkspaceRef, name: str, arguments: str
+    ) -> tuple[ToolResult, str | None]:
+        """Run the call in ``ref``'s tree (in a worker thread); a call that may change
+        files ends with a commit of the whole tree."""
+        changing = name not in READ_ONLY_TOOLS
+        with self._git.checkout(ref) as lease:
+            if changing:
+                lease.mark_changing()
+            result = execute_workspace_tool(name, arguments, Workspace(lease.path))
+            if not changing:
+                return result, None
+            message = tool_commit_message(ref.tree, inp.turn, inp.call_index, name)
+            return result, lease.commit(message, inp.at_s)
