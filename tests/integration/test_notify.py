@@ -150,6 +150,9 @@ async def test_completed_plan_is_delivered_after_failed_attempts(
     assert_signed_deliveries(receiver, plan, handle.first_execution_run_id or "")
     sent = receiver.received[-1].report
     assert PlanReport.model_validate(sent) == report  # the body is the report, as returned
+    # ... where the plan's work is included: its result branch, published before the POST.
+    assert sent["workspace"]["branch"] == f"dplan/{plan.id}"
+    assert sent["workspace"]["result"] is not None
 
     delivered = await outcome(harness.client, plan.id)
     assert delivered.status is DeliveryStatus.DELIVERED
