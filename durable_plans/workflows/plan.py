@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.failures import (
         FailureType,
         application_error,
+        describe_failure,
         invalid_plan_error,
         plan_failed_error,
         subtask_failure_details,
@@ -125,7 +126,10 @@ def failure_of(err: BaseException) -> tuple[SubtaskStatus, ErrorInfo, SubtaskFai
         cancelled = ErrorInfo(type=FailureType.CANCELLED, message="cancelled")
         return SubtaskStatus.CANCELLED, cancelled, None
     if isinstance(cause, ApplicationError):
-        error = ErrorInfo(type=cause.type or FailureType.APPLICATION_ERROR, message=cause.message)
+        # The child's message starts with its type (for Temporal Web's lists); the report
+        # gives the type on its own, so the message is said once.
+        type_, message = describe_failure(cause)
+        error = ErrorInfo(type=type_, message=message)
         return SubtaskStatus.FAILED, error, subtask_failure_details(cause)
     if isinstance(cause, FailureError):
         return SubtaskStatus.FAILED, ErrorInfo(type=type(cause).__name__, message=str(cause)), None
