@@ -50,12 +50,16 @@ LOCAL_TIMEOUT_S = 600.0
 # Config that must never come from the repository's own settings when we work in a tree
 # of our own: hooks and the fsmonitor run programs and answer for the user's checkout,
 # sparse checkout would leave files out of our trees, signing and encodings change ids.
+# The untracked cache trusts directory mtimes, which a tool may set back (``tar x``):
+# a new file could be missed by a commit. A tree's index is written in version 4 (paths
+# prefix-compressed: a smaller file read and written by every commit).
 _LOCAL_OVERRIDES = (
     "commit.gpgSign=false",
     "tag.gpgSign=false",
     "i18n.commitEncoding=UTF-8",
     "core.fsmonitor=false",
     "core.untrackedCache=false",
+    "index.version=4",
     "core.sparseCheckout=false",
     "core.sparseCheckoutCone=false",
     "index.sparse=false",
