@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import shutil
 import sys
@@ -27,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.cli.replay_command import RunHistory, collect_runs, replay_runs, save_runs
@@ -45,7 +45,6 @@ from durable_plans.domain.session_contracts import (
     SwitchAgentInput,
     session_workflow_id,
 )
-from durable_plans.domain.streaming import LLM_TOPIC, StreamEvent
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
@@ -57,7 +56,7 @@ from tests.integration.workers import WorkerProcess
 HISTORIES = Path(__file__).resolve().parent
 # Each workflow shape that runs may still be in flight keeps its own directory; a change
 # behind a new patch id records into a new one and leaves the older ones as they are.
-CURRENT_SHAPE = "v2-fewer-round-trips"
+CURRENT_SHAPE = "v3-git-workspace"
 FAKE_KEY = "sk-test-fake-record-000000000000000000000000"
 SIZE_LIMIT_BYTES = 3_000_000
 
@@ -117,6 +116,37 @@ async def case_success(env: Env) -> list[str]:
     )
     report, failure = await run_plan(env.client, plan, env.task_queue)
     _expect(failure is None and report.status is PlanStatus.COMPLETED, "success", report)
+    return [plan.id]
+
+
+def _write_step(path: str) -> str:
+    return f"<<write_file {json.dumps({'path': path, 'content': f'{path} written'})}>>"
+
+
+async def case_workspace(env: Env) -> list[str]:
+    """(h) The workspace in git: a diamond of writers (a → (b, c) → d), so each tree starts
+    from the base, a dependency's commit or the merge of two (``workspace_merge``), every
+    write returns a commit, and the plan publishes its result branch."""
+    plan = plan_of(
+        "hist-workspace",
+        [
+            ("a", "Write a " + _write_step("a.txt"), "coder", []),
+            ("b", "Write b " + _write_step("b.txt"), "coder", ["a"]),
+            ("c", "Write c " + _write_step("c.txt") + _write_step("c2.txt"), "coder", ["a"]),
+            ("d", "Write d " + _write_step("d.txt"), "coder", ["b", "c"]),
+        ],
+    )
+    report, failure = await run_plan(env.client, plan, env.task_queue)
+    ws = report.workspace
+    _expect(
+        failure is None
+        and report.status is PlanStatus.COMPLETED
+        and ws is not None
+        and ws.result is not None
+        and ws.result == report.subtasks[-1].commit,
+        "workspace",
+        report,
+    )
     return [plan.id]
 
 
@@ -301,45 +331,8 @@ async def case_pause(env: Env) -> list[str]:
     return [plan.id]
 
 
-async def case_streamed(env: Env) -> list[str]:
-    """(h) A conversation whose answers stream (signals from the LLM activity) while a
-    watcher follows (poll updates), continuing as new after each message."""
-    session_id = "hist-streamed"
-    handle = await env.client.start_workflow(
-        "SessionWorkflow",
-        SessionInput(session_id=session_id, max_messages_per_run=1),
-        id=session_workflow_id(session_id),
-        task_queue=env.task_queue,
-        result_type=SessionState,
-    )
-    ends: list[StreamEvent] = []
-
-    async def watch() -> None:
-        stream = WorkflowStreamClient.create(env.client, handle.id)
-        async for item in stream.subscribe([LLM_TOPIC], result_type=StreamEvent):
-            if item.data.kind == "end":
-                ends.append(item.data)
-
-    watcher = asyncio.create_task(watch())
-    try:
-        for n, text in enumerate(["Look at the project", "Now say more"], start=1):
-            await handle.execute_update(
-                "send_message", SendMessageInput(text=text), result_type=SendMessageResult
-            )
-            # A tool turn and an answer per message; a watcher following continue-as-new
-            # can miss the last batches of a run (README), so this waits a bounded time.
-            deadline = time.monotonic() + 5
-            while len(ends) < 2 * n and time.monotonic() < deadline:  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
-        await handle.signal("end")
-        state = await handle.result()
-    finally:
-        watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
-    _expect(state.messages_handled == 2 and len(ends) >= 2, "streamed", (state, ends))
-    return [handle.id]
-
-
+# The cases of CURRENT_SHAPE. A streamed conversation was recorded in v2 only: a
+# conversation does not use the git workspace, so its shape did not change.
 CASES: dict[str, Case] = {
     "success": case_success,
     "failure": case_failure,
@@ -348,7 +341,7 @@ CASES: dict[str, Case] = {
     "session": case_session,
     "pause": case_pause,
     "approval": case_approval,
-    "streamed": case_streamed,
+    "workspace": case_workspace,
 }
 
 

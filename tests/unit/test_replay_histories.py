@@ -30,15 +30,21 @@ from durable_plans.workflows.subtask import SubtaskWorkflow
 from tests.histories.record import CURRENT_SHAPE
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
-# One directory per workflow shape that may still be running: the first release's, and
-# the one recorded by the current code (tests/histories/record.py's CURRENT_SHAPE).
+# One directory per workflow shape that may still be running: the first release's, the
+# one before the workspace was kept in git, and the one recorded by the current code
+# (tests/histories/record.py's CURRENT_SHAPE).
 FIRST_RELEASE = HISTORIES / "v1-first-release"
+FEWER_ROUND_TRIPS = HISTORIES / "v2-fewer-round-trips"
 CURRENT = HISTORIES / CURRENT_SHAPE
-SHAPES = (FIRST_RELEASE, CURRENT)
+SHAPES = (FIRST_RELEASE, FEWER_ROUND_TRIPS, CURRENT)
 FILES = sorted(HISTORIES.glob("*/*/*.json"))
 CASES = ("success", "failure", "crash", "subagent", "session")
-# Cases recorded only in later shapes (their feature did not exist before).
-LATER_CASES = {CURRENT.name: ("pause", "approval", "streamed")}
+# Cases recorded only in later shapes (their feature did not exist before). A conversation
+# does not use the git workspace: its streamed case stays recorded in v2 only.
+LATER_CASES = {
+    FEWER_ROUND_TRIPS.name: ("pause", "approval", "streamed"),
+    CURRENT.name: ("pause", "approval", "workspace"),
+}
 SUCCESS_SUBTASK = CURRENT / "success" / "hist-success__a.0.json"
 PATCH_MARKER = "core_patch"
 
@@ -71,7 +77,7 @@ def test_every_case_is_recorded_with_the_workflows_it_is_about(shape: Path) -> N
     # The spawned sub-agent is a SubtaskWorkflow nested under the subtask that spawned it.
     assert _types(shape / "subagent") == {"PlanWorkflow": 1, "SubtaskWorkflow": 3}
     assert (shape / "subagent" / "hist-subagent__spawn__coder-0-0.0.json").exists()
-    if shape == CURRENT:  # three calls waited; Updates decided them (tool-approval-1)
+    if shape != FIRST_RELEASE:  # three calls waited; Updates decided them (tool-approval-1)
         assert _types(shape / "approval") == {"PlanWorkflow": 1, "SubtaskWorkflow": 3}
         patch_id = base64.b64encode(b'"tool-approval-1"').decode().rstrip("=")  # marker data
         assert all(patch_id in p.read_text() for p in (shape / "approval").glob("*__*.json"))
@@ -79,7 +85,7 @@ def test_every_case_is_recorded_with_the_workflows_it_is_about(shape: Path) -> N
     assert sorted(p.name for p in (shape / "session").glob("*.json")) == [
         f"session__hist-session.{i}.json" for i in range(3)
     ]
-    if shape == CURRENT:  # streamed batches (signals) and a watcher's polls (updates)
+    if shape == FEWER_ROUND_TRIPS:  # streamed batches (signals), a watcher's polls (updates)
         runs = [p.read_text() for p in (shape / "streamed").glob("*.json")]
         assert len(runs) == 3
         assert any("__temporal_workflow_stream_publish" in r for r in runs)
@@ -94,6 +100,37 @@ def test_the_shapes_are_the_ones_before_and_after_the_round_trip_patch() -> None
     assert old and new
     assert all(PATCH_MARKER not in _markers(p) for p in old)
     assert all(PATCH_MARKER in _markers(p) for p in new)
+
+
+def _marker_data(patch_id: str) -> str:
+    return base64.b64encode(json.dumps(patch_id).encode()).decode().rstrip("=")
+
+
+def _activity_types(path: Path) -> Counter[str]:
+    return Counter(
+        event["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+        for event in json.loads(path.read_text())["events"]
+        if "activityTaskScheduledEventAttributes" in event
+    )
+
+
+def test_only_the_current_shape_keeps_the_workspace_in_git() -> None:
+    """Every plan recorded by the current code took the git path (its patch marker), none
+    before it did; the workspace case holds the three workspace activities."""
+    git_patch = _marker_data("git-workspace-1")
+    plans = [p for p in FILES if "__" not in p.name and not p.name.startswith("session")]
+    assert plans
+    for path in plans:
+        assert (git_patch in path.read_text()) == path.is_relative_to(CURRENT), path
+    case = CURRENT / "workspace"
+    plan = _activity_types(case / "hist-workspace.0.json")
+    assert plan["workspace_open"] == 1 and plan["workspace_publish"] == 1
+    join = _activity_types(case / "hist-workspace__d.0.json")
+    assert join["workspace_merge"] == 1  # d joins b and c; the others start without one
+    assert all(
+        _activity_types(case / f"hist-workspace__{sid}.0.json")["workspace_merge"] == 0
+        for sid in "abc"
+    )
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda p: p.name)
