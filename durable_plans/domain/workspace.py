@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "COMMIT_RE",
@@ -109,6 +109,13 @@ class WorkspaceSummary(_Frozen):
     # Completed subtasks whose commits could not be merged into the result (they changed
     # the same lines as another and no subtask joined them): named, never dropped silently.
     left_out: tuple[str, ...] = ()
+
+    @field_validator("left_out", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: object) -> object:
+        """The ``temporal`` CLI prints an empty list of a workflow's result as ``null``: a
+        report read back from ``temporal workflow result -o json`` must still parse."""
+        return () if value is None else value
 
 
 class WorkspaceOpenInput(_Frozen):
