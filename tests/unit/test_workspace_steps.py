@@ -4,7 +4,7 @@ subtask's tree starts, who its commits are by."""
 from __future__ import annotations
 
 from durable_plans.domain.models import ErrorInfo, Plan, Subtask, SubtaskResult, SubtaskStatus
-from durable_plans.domain.workspace import GitIdentity, WorkspaceRef
+from durable_plans.domain.workspace import GitIdentity, WorkspaceRef, WorkspaceSummary
 from durable_plans.workflows.workspace import (
     completed_commits,
     moved_to,
@@ -80,3 +80,9 @@ def test_a_call_moves_the_head_only_when_it_made_a_commit() -> None:
     assert moved_to(ref, None) is ref
     assert moved_to(ref, "2" * 40) == ref.model_copy(update={"head": "2" * 40})
     assert moved_to(None, "2" * 40) is None
+
+
+def test_a_summary_read_back_from_the_temporal_cli_parses() -> None:
+    """`temporal workflow result -o json` prints an empty left_out as null."""
+    read = WorkspaceSummary.model_validate({"base": "b" * 40, "left_out": None})
+    assert read.left_out == ()
