@@ -19,12 +19,11 @@ import sys
 from typing import Any
 
 from pydantic import ValidationError
-from rich.console import Console
 
 from durable_plans.activities.log import ensure_logging
 from durable_plans.cli._common import Exit, Usage, err, read_settings, reported
-from durable_plans.cli.progress import follow_progress, report_renderable
-from durable_plans.cli.run_command import Connection, open_connection
+from durable_plans.cli.progress import follow_progress
+from durable_plans.cli.run_command import Connection, open_connection, print_report
 from durable_plans.cli.session_client import (
     SessionCommandError,
     attach_session,
@@ -44,8 +43,6 @@ from durable_plans.domain.session_contracts import (
 from durable_plans.settings import Settings
 
 __all__ = ["plan_goal_command"]
-
-_PLAIN_WIDTH = 120
 
 
 async def plan_goal_command(
@@ -143,9 +140,6 @@ async def _follow(conn: Connection, plan_id: str, *, json_output: bool) -> PlanR
         report = await result
     finally:
         result.cancel()
-    if not json_output:
-        console = Console()
-        if not console.is_terminal:  # a log or pipe: no terminal width to respect
-            console = Console(width=max(console.width, _PLAIN_WIDTH))
-        console.print(report_renderable(report, web_url=url))
+    if not json_output:  # the report, then how to look at the plan's result branch
+        print_report(report, json_output=False, url=url, settings=conn.settings)
     return report

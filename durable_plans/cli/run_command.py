@@ -55,7 +55,14 @@ from durable_plans.settings import Settings
 
 T = TypeVar("T")
 
-__all__ = ["Connection", "follow_to_report", "open_connection", "run_plan", "status_command"]
+__all__ = [
+    "Connection",
+    "follow_to_report",
+    "open_connection",
+    "print_report",
+    "run_plan",
+    "status_command",
+]
 
 _PLAIN_WIDTH = 120
 
@@ -69,7 +76,7 @@ def scripted_model_note(settings: Settings) -> str:
     )
 
 
-def _print_report(
+def print_report(
     report: PlanReport, *, json_output: bool, url: str | None, settings: Settings | None = None
 ) -> None:
     """The report; with ``settings``, then how to look at the plan's result branch."""
@@ -259,7 +266,7 @@ async def follow_to_report(
         report = await result
     finally:
         result.cancel()
-    _print_report(report, json_output=json_output, url=url, settings=conn.settings)
+    print_report(report, json_output=json_output, url=url, settings=conn.settings)
     if conn.embedded_db is not None and url:
         temporal = Path(sys.executable).parent / "temporal"
         err(
@@ -318,7 +325,7 @@ async def status_command(
             sys.stdout.write(json.dumps(document, indent=2) + "\n")
             sys.stdout.flush()
         else:
-            _print_report(report, json_output=json_output, url=url, settings=resolved)
+            print_report(report, json_output=json_output, url=url, settings=resolved)
             if notification is not None:
                 print(describe_notification(notification))
         if follow:
