@@ -29,7 +29,7 @@ from tests import gitrepos
 from tests.integration.chaos_support import since_last_user
 from tests.integration.conftest import Harness
 from tests.integration.plans import by_id, run_plan, start_plan_workflow
-from tests.integration.workspace_files import git, result_paths, result_text
+from tests.integration.workspace_files import git, plan_paths, result_paths, result_text
 from tests.integration.workspace_steps import answers, eventually, read, reads, write
 
 pytestmark = pytest.mark.integration
@@ -253,3 +253,115 @@ async def test_a_subtask_that_writes_then_fails_leaves_nothing_and_is_retried_fr
     assert _rev(workspace, attempt) == bad.commit  # the failed attempt's ref as it was
     assert result_text(workspace, plan.id, "failed.txt") == "half done\n"
     assert result_text(workspace, plan.id, "ok.txt") == "ok\n"
+
+
+# --------------------------------------------------------------------------- two plans at once
+
+
+def _dirty_checkout(repo: Path) -> None:
+    """``repo`` (the harness's workspace, a README in it) made a repository as a person
+    has it mid-work: a branch besides main, a modified tracked file, a staged new file,
+    an untracked one and an ignored one."""
+    (repo / "tracked.txt").write_text("committed\n")
+    (repo / ".gitignore").write_text("*.log\n")
+    gitrepos.git(repo, "init", "-q")
+    gitrepos.git(repo, "add", "-A")
+    gitrepos.git(repo, "commit", "-qm", "first")
+    gitrepos.git(repo, "branch", "feature")
+    (repo / "tracked.txt").write_text("an edit not committed yet\n")
+    (repo / "staged.txt").write_text("staged, not committed\n")
+    gitrepos.git(repo, "add", "staged.txt")
+    (repo / "notes.txt").write_text("untracked notes\n")
+    (repo / "debug.log").write_text("ignored\n")
+
+
+def _person_sees(repo: Path) -> dict[str, object]:
+    """What a person works with: HEAD, the index, what git status says, every file of the
+    checkout, and the branches and tags other than the plans' result branches."""
+    refs = gitrepos.git(repo, "for-each-ref", "refs/heads", "refs/tags").splitlines()
+    return {
+        "HEAD": (
+            gitrepos.git(repo, "symbolic-ref", "HEAD"),
+            gitrepos.git(repo, "rev-parse", "HEAD"),
+        ),
+        "index": gitrepos.git(repo, "ls-files", "--stage"),
+        "status": gitrepos.git(repo, "status", "--porcelain", "--untracked-files=all", "--ignored"),
+        "refs": [r for r in refs if "\trefs/heads/dplan/" not in r],
+        "files": {
+            p.relative_to(repo).as_posix(): p.read_bytes()
+            for p in sorted(repo.rglob("*"))
+            if p.is_file() and ".git" not in p.relative_to(repo).parts
+        },
+    }
+
+
+def _plan_of(name: str, other: str) -> Plan:
+    """Write ``<name>.txt``, then look: the file, the other plan's, the checkout's
+    uncommitted ones (untracked, staged, ignored), the edited tracked file, the listing."""
+    return _plan(
+        f"two-{name}",
+        _task("write", f"Write {name} " + write(f"{name}.txt", f"{name}\n")),
+        _task(
+            "look",
+            "Look around "
+            + "".join(
+                read(p)
+                for p in (f"{name}.txt", f"{other}.txt", "notes.txt", "staged.txt", "debug.log")
+            )
+            + read("tracked.txt")
+            + '<<list_dir {"path": "."}>>',
+            "write",
+        ),
+    )
+
+
+async def test_two_plans_at_once_beside_a_dirty_checkout_see_neither_each_other_nor_it(
+    harness: Harness,
+) -> None:
+    repo = harness.settings.workspace
+    _dirty_checkout(repo)
+    before = _person_sees(repo)
+    assert before["status"] != ""  # the checkout is dirty indeed
+    plans = {"alpha": _plan_of("alpha", "beta"), "beta": _plan_of("beta", "alpha")}
+    handles = {
+        name: await start_plan_workflow(harness.client, plan, harness.task_queue)
+        for name, plan in plans.items()
+    }
+    ended = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles.values())), WAIT_S)
+    reports = dict(zip(handles, ended, strict=True))
+
+    for name, other in (("alpha", "beta"), ("beta", "alpha")):
+        report, plan = reports[name], plans[name]
+        assert report.status is PlanStatus.COMPLETED
+        looked = await answers(harness.store, report, "look")
+        assert [text for tool, text in looked if tool == "read_file"] == [
+            f"{name}\n",
+            f"error: no such file: {other}.txt",
+            "error: no such file: notes.txt",
+            "error: no such file: staged.txt",
+            "error: no such file: debug.log",
+            "committed\n",  # the commit's, not the checkout's edit
+        ]
+        [listing] = [text for tool, text in looked if tool == "list_dir"]
+        listed = {line.split()[0] for line in listing.splitlines()}
+        assert f"{name}.txt" in listed and "tracked.txt" in listed
+        assert not listed & {f"{other}.txt", "notes.txt", "staged.txt", "debug.log"}, listing
+        assert result_paths(repo, plan.id) == [
+            ".gitignore",
+            "README.md",
+            f"{name}.txt",
+            "tracked.txt",
+        ]
+        assert result_text(repo, plan.id, "tracked.txt") == "committed\n"
+        # Not in any commit the plan made either, failed attempts included.
+        assert plan_paths(repo, plan.id) == {
+            ".gitignore",
+            "README.md",
+            f"{name}.txt",
+            "tracked.txt",
+        }
+
+    after = _person_sees(repo)
+    assert after == before
+    branches = gitrepos.git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/dplan/")
+    assert sorted(branches.splitlines()) == sorted(f"dplan/{p.id}" for p in plans.values())
