@@ -388,4 +388,5 @@ class CommandActivities:
     @staticmethod
     def _message(inp: CommandCallInput, tool: str) -> str:
         assert inp.workspace is not None
-        return tool_commit_message(inp.workspace.tree, inp.call.turn, inp.call.call_index, tool)
+        at = inp.call
+        return tool_commit_message(inp.workspace.tree, at.turn, at.call_index, tool, at.scope)

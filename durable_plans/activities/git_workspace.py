@@ -89,9 +89,15 @@ _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9@_-]")
 _HEX = re.compile(r"^[0-9a-f]{4,40}$")
 
 
-def tool_commit_message(tree: str, turn: int, call_index: int, tool: str) -> str:
-    """A tool call's commit message: fixed by the call, so a retry writes the same one."""
-    return f"{tree} turn {turn}.{call_index}: {tool}"
+def tool_commit_message(tree: str, turn: int, call_index: int, tool: str, scope: str = "") -> str:
+    """A tool call's commit message: fixed by the call, so a retry writes the same one.
+
+    ``scope`` (the call's message-id scope: its plan execution and subtask) makes the
+    message differ between two executions that use the same tree name, so a call never
+    takes another execution's commit for an earlier attempt of its own.
+    """
+    subject = f"{tree} turn {turn}.{call_index}: {tool}"
+    return f"{subject}\n\ndplan-scope: {scope}" if scope else subject
 
 
 def _date(at_s: float) -> str:

@@ -61,7 +61,9 @@ class ToolActivities:
             # Answered by an earlier attempt: never twice, but with the commit it made.
             if inp.workspace is None or call.name in READ_ONLY_TOOLS:
                 return call
-            message = tool_commit_message(inp.workspace.tree, inp.turn, inp.call_index, call.name)
+            message = tool_commit_message(
+                inp.workspace.tree, inp.turn, inp.call_index, call.name, inp.scope
+            )
             made = await in_thread(self._git.answered_commit, inp.workspace, message)
             return call.model_copy(update={"commit": made})
         name = call.function.name
@@ -95,5 +97,5 @@ class ToolActivities:
             result = execute_workspace_tool(name, arguments, Workspace(lease.path))
             if not changing:
                 return result, None
-            message = tool_commit_message(ref.tree, inp.turn, inp.call_index, name)
+            message = tool_commit_message(ref.tree, inp.turn, inp.call_index, name, inp.scope)
             return result, lease.commit(message, inp.at_s)

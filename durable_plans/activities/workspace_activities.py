@@ -98,6 +98,9 @@ async def leased_tree(git: GitWorkspace, ref: WorkspaceRef) -> AsyncIterator[Tre
     with is let go as soon as it has it."""
     loop = asyncio.get_running_loop()
     pending: Future[TreeLease] = Future()
+    # Running from the start: a cancelled await must not cancel it (the lease it will
+    # hold could then not be handed over, and its lock would never be let go).
+    pending.set_running_or_notify_cancel()
 
     def take() -> None:
         try:

@@ -272,6 +272,26 @@ def test_a_retry_that_writes_differently_keeps_its_earlier_attempt_s_commit(
         assert (lease.path / "a.txt").read_text() == "first attempt\n"
 
 
+def test_another_execution_s_commit_is_never_taken_for_an_earlier_attempt(
+    gw: GitWorkspace, repo: Path
+) -> None:
+    """Two executions of a plan that name a tree alike: the second's call is refused,
+    loudly, instead of quietly returning the first execution's commit as its own."""
+    base = gw.open_plan(PLAN, None)
+    at = ref(base)
+    for scope, text in (("plan-1.run1/a", "run 1\n"), ("plan-1.run2/a", "run 2\n")):
+        message = tool_commit_message(at.tree, 1, 0, "write_file", scope)
+        with gw.checkout(at) as lease:
+            lease.mark_changing()
+            (lease.path / "a.txt").write_text(text)
+            if scope.endswith("run1/a"):
+                first = lease.commit(message, AT)
+                continue
+            with pytest.raises(WorkspaceUnavailable, match="stale writer"):
+                lease.commit(message, AT)
+    assert git(repo, "rev-parse", tree_ref(PLAN, "a@0")) == first
+
+
 def test_a_sub_agent_tree_and_its_parent_keep_their_refs_side_by_side(
     gw: GitWorkspace, repo: Path
 ) -> None:

@@ -10,6 +10,7 @@ the failures the workflows act on.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -22,7 +23,11 @@ from temporalio.testing import ActivityEnvironment
 from durable_plans.activities.commands import CommandActivities
 from durable_plans.activities.git_workspace import GitWorkspace
 from durable_plans.activities.tools import ToolActivities
-from durable_plans.activities.workspace_activities import WORKSPACE_BUSY, WorkspaceActivities
+from durable_plans.activities.workspace_activities import (
+    WORKSPACE_BUSY,
+    WorkspaceActivities,
+    leased_tree,
+)
 from durable_plans.domain.contracts import ToolCallInput, ToolCallOutput
 from durable_plans.domain.failures import FailureType
 from durable_plans.domain.models import FunctionCall, Message, SessionMeta, ToolCall
@@ -215,3 +220,27 @@ async def test_an_unusable_base_or_remote_is_a_failure_of_its_own_kind(
     with pytest.raises(ApplicationError) as caught:
         await env.run(busy.workspace_open, WorkspaceOpenInput(plan_id=PLAN))
     assert caught.value.type == WORKSPACE_BUSY and not caught.value.non_retryable
+
+
+async def test_a_tree_taken_by_a_cancelled_activity_is_let_go(settings: Settings) -> None:
+    """Cancelled while git waits for the tree (another call holds it), the activity must
+    not keep the lock it gets afterwards: the next call on the tree would wait forever."""
+    gw = GitWorkspace.from_settings(settings)
+    at = ref(await open_base(settings))
+    holder = gw.checkout(at)
+    entered = asyncio.Event()
+
+    async def take() -> None:
+        async with leased_tree(gw, at):
+            entered.set()
+
+    waiting = asyncio.create_task(take())
+    await asyncio.sleep(0.2)  # most likely blocked on the lock by now; either way is fine
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert not entered.is_set()
+    holder.close()
+    # The cancelled side's lock, once it got it, is let go: this checkout returns.
+    again = await asyncio.wait_for(asyncio.to_thread(gw.checkout, at), timeout=60)
+    again.close()
