@@ -28,6 +28,8 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from durable_plans.activities.registry import PlanActivities
+from durable_plans.client._operate import start_retry
+from durable_plans.client._plans import wait_for_report
 from durable_plans.domain.agents import BUILTIN_CATALOG, SPAWN_TOOL, WORKSPACE_TOOL_NAMES, AgentSpec
 from durable_plans.domain.contracts import (
     ACT_RUN_TOOL,
@@ -363,3 +365,54 @@ async def test_a_sub_agent_works_on_its_own_tree_and_its_parent_carries_on_from_
     assert start is not None and start.parents == ()
     assert start.identity == GitIdentity(name="coder (dplan)", email=f"coder-1-0.p@{plan.id}.dplan")
     assert await assert_replays(rig.client, [plan.id, subtask_workflow_id(plan.id, "p")]) == 2
+
+
+async def test_the_base_is_resolved_once_and_carried_across_continue_as_new(rig: Rig) -> None:
+    plan = _plan(
+        "carried",
+        _coder("a", "Write a {writes:a.txt}"),
+        _coder("b", "Write b {writes:b.txt}", "a"),
+        _coder("c", "Write c {writes:c.txt}", "b"),
+    )
+    handle = await start_plan_workflow(
+        rig.client, plan, rig.settings.task_queue, max_completions_per_run=1
+    )
+    report = await handle.result()
+    run_id = handle.first_execution_run_id
+    assert run_id is not None and report.status is PlanStatus.COMPLETED
+
+    # Three runs (one completion each); the base was resolved by the first one only.
+    assert len(rig.git.opened) == 1 and report.workspace is not None
+    assert report.workspace.base == BASE
+    [a] = rig.git.of_tree(rig.tree(plan, run_id, "a"))
+    [b] = rig.git.of_tree(rig.tree(plan, run_id, "b"))
+    [c] = rig.git.of_tree(rig.tree(plan, run_id, "c"))
+    assert (a.head, b.head, c.head) == (BASE, a.commit, b.commit)  # carried commits too
+    [published] = rig.git.published
+    assert published.commits == (("c", c.commit),)
+    assert await assert_replays(rig.client, [plan.id]) == 3
+
+
+async def test_a_retried_plan_keeps_its_base_and_runs_again_on_new_trees(rig: Rig) -> None:
+    plan = _plan(
+        "retried",
+        _coder("ok", "Write ok {writes:ok.txt}"),
+        _coder("bad", "Write then fail {writes:bad.txt} {then-fail}", "ok"),
+    )
+    first, _ = await run_plan(rig.client, plan, rig.settings.task_queue)
+    first_run = (await rig.client.get_workflow_handle(plan.id).describe()).run_id
+    assert first.status is PlanStatus.FAILED and first_run is not None
+
+    carried, rerun = await start_retry(rig.client, plan.id, rig.settings.task_queue)
+    assert rerun == ["bad"] and carried.workspace_base == BASE
+    second = await wait_for_report(rig.client.get_workflow_handle(plan.id, result_type=PlanReport))
+    second_run = (await rig.client.get_workflow_handle(plan.id).describe()).run_id
+    assert second_run is not None and second_run != first_run
+
+    assert len(rig.git.opened) == 1  # the retry started from the carried base
+    ok_commit = {r.id: r for r in first.subtasks}["ok"].commit
+    [again] = rig.git.of_tree(rig.tree(plan, second_run, "bad~1"))  # a new execution's tree
+    assert again.head == ok_commit  # from where it started before, not the failed attempt
+    rows = {r.id: r for r in second.subtasks}
+    assert rows["ok"].commit == ok_commit and rows["bad"].retries == 1
+    assert [p.commits for p in rig.git.published] == [(("ok", ok_commit),)] * 2
