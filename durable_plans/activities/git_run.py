@@ -52,7 +52,8 @@ LOCAL_TIMEOUT_S = 600.0
 # sparse checkout would leave files out of our trees, signing and encodings change ids.
 # The untracked cache trusts directory mtimes, which a tool may set back (``tar x``):
 # a new file could be missed by a commit. A tree's index is written in version 4 (paths
-# prefix-compressed: a smaller file read and written by every commit).
+# prefix-compressed: a smaller file read and written by every commit), and a tree of
+# many files is checked out by one worker process per core.
 _LOCAL_OVERRIDES = (
     "commit.gpgSign=false",
     "tag.gpgSign=false",
@@ -60,6 +61,7 @@ _LOCAL_OVERRIDES = (
     "core.fsmonitor=false",
     "core.untrackedCache=false",
     "index.version=4",
+    "checkout.workers=0",
     "core.sparseCheckout=false",
     "core.sparseCheckoutCone=false",
     "index.sparse=false",
