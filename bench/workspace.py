@@ -15,7 +15,8 @@ warm-up call:
 - ``write_file, no workspace``: the same write in a plain directory (the path of runs
   recorded before the workspace was kept in git), the floor;
 - ``first call on a host``: a changing call on a tree this host has never materialised
-  (a new subtask, or a retry on another worker): the checkout of every file included;
+  (a new subtask, or a retry on another worker): the checkout of every file included
+  (no warm-up: it is cold by nature; one call in short mode, a fifth as many otherwise);
 - ``write_file + commit + push``: the hot path with a remote (a bare repository on the
   same disk, reached through git's local transport), the push before the call returns.
 
@@ -62,9 +63,11 @@ def cpu_s() -> tuple[float, float]:
     return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
 
 
-def measure(calls: int, one: Callable[[int], None]) -> Sample:
-    """Per-call wall and CPU of ``one(i)`` for i in 1..calls, after one warm-up (i=0)."""
-    one(0)
+def measure(calls: int, one: Callable[[int], None], *, warm_up: bool = True) -> Sample:
+    """Per-call wall and CPU of ``one(i)`` for i in 1..calls, after one warm-up (i=0)
+    unless ``warm_up`` is False (a call that is cold by nature)."""
+    if warm_up:
+        one(0)
     wall0 = time.perf_counter()
     own0, kids0 = cpu_s()
     for i in range(1, calls + 1):
@@ -133,7 +136,7 @@ class Chain:
             raise RuntimeError(result.content)
 
 
-def bench_size(files: int, calls: int, root: Path) -> list[tuple[str, Sample]]:
+def bench_size(files: int, calls: int, cold_calls: int, root: Path) -> list[tuple[str, Sample]]:
     repo = root / f"repo-{files}.git"
     make_repository(repo, files)
     gw = GitWorkspace(repo, root / f"state-{files}")
@@ -152,12 +155,10 @@ def bench_size(files: int, calls: int, root: Path) -> list[tuple[str, Sample]]:
 
     rows.append(("write_file, no workspace", measure(calls, plain_write)))
 
-    cold_calls = max(2, calls // 5)
-
     def first_call(i: int) -> None:
         Chain(gw, base, f"cold{i}@0").write(i)
 
-    rows.append(("first call on a host", measure(cold_calls, first_call)))
+    rows.append(("first call on a host", measure(cold_calls, first_call, warm_up=False)))
 
     remote = root / f"remote-{files}.git"
     subprocess.run(
@@ -165,8 +166,11 @@ def bench_size(files: int, calls: int, root: Path) -> list[tuple[str, Sample]]:
         check=True,
         capture_output=True,
     )
-    pushing = GitWorkspace(repo, root / f"state-remote-{files}", remote=str(remote))
-    far = Chain(pushing, pushing.open_plan(PLAN, None), "far@0")
+    # The same state directory and tree as the hot path: the tree on disk moves back to
+    # the base with the few files that differ, instead of a checkout of every file again
+    # (the remote's commits are the cache clone's; the blobs are the same).
+    pushing = GitWorkspace(repo, root / f"state-{files}", remote=str(remote))
+    far = Chain(pushing, pushing.open_plan(PLAN, None), "hot@0")
     rows.append(("write_file + commit + push", measure(calls, far.write)))
     return rows
 
@@ -184,13 +188,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=None, help="calls per measurement")
     args = parser.parse_args(argv)
     calls = args.calls or (10 if args.short else 50)
+    cold_calls = 1 if args.short else max(2, calls // 5)
     version = subprocess.run(["git", "--version"], capture_output=True, text=True, check=True)
-    print(f"{version.stdout.strip()}; {calls} calls per row (after one warm-up)")
+    print(
+        f"{version.stdout.strip()}; {calls} calls per row after one warm-up, "
+        f"{cold_calls} for a host's first call"
+    )
     root = Path(tempfile.mkdtemp(prefix="dplan-bench-ws-"))
     try:
         for files in SIZES:
             started = time.perf_counter()
-            rows = bench_size(files, calls, root)
+            rows = bench_size(files, calls, cold_calls, root)
             report(files, rows)
             print(f"  ({time.perf_counter() - started:.1f} s including making the repository)")
     finally:
