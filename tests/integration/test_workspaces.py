@@ -11,7 +11,9 @@ saw is the answer the workflow stored, what a plan left is read from its result 
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,19 +134,31 @@ async def test_a_conflict_paused_is_resolved_by_a_pushed_commit_and_resume(
     handle = await start_plan_workflow(harness.client, plan, harness.task_queue)
     operator = Client(harness.client, harness.settings)
 
-    async def paused() -> PlanReport | None:
-        report = await operator.status(plan.id)
-        return report if report.status is PlanStatus.PAUSED else None
+    def paused(attempts: int) -> Callable[[], Awaitable[PlanReport | None]]:
+        async def probe() -> PlanReport | None:
+            report = await operator.status(plan.id)
+            row = by_id(report)["join"]
+            held = row.status is SubtaskStatus.PAUSED and row.retries == attempts - 1
+            return report if report.status is PlanStatus.PAUSED and held else None
 
-    report = await eventually(paused, "the plan to pause on the conflict", WAIT_S)
-    rows = by_id(report)
-    join = rows["join"]
-    assert join.status is SubtaskStatus.PAUSED and join.error is not None
-    assert join.error.type == "WorkspaceConflict"
-    _conflict_named(join.error.message, plan)
+        return probe
+
+    for attempt in (1, 2):
+        # Resumed before anyone resolved it, the join meets the same conflict again.
+        if attempt == 2:
+            await operator.resume(plan.id, "join")
+        report = await eventually(paused(attempt), f"pause {attempt} on the conflict", WAIT_S)
+        rows = by_id(report)
+        join = rows["join"]
+        assert join.error is not None and join.error.type == "WorkspaceConflict"
+        _conflict_named(join.error.message, plan)
+        assert join.commit is None
 
     workspace = harness.settings.workspace
-    ref = resolution_ref(plan.id, "join")
+    named = re.search(r"refs/dplan/[^\s,;]+", join.error.message)
+    assert named is not None, join.error.message
+    ref = named.group().rstrip(".")  # the ref the message names, where a person pushes
+    assert ref == resolution_ref(plan.id, "join")
     resolution = _resolve(
         workspace, tmp_path / "operator", rows["w1"].commit, rows["w2"].commit, ref
     )
