@@ -294,7 +294,10 @@ async def test_two_hosts_share_their_commits_through_a_git_daemon_remote(
     for path, content in files.items():
         shown = gitrepos.git(bare, "--git-dir", str(bare), "show", f"{result}:{path}")
         assert shown == content.strip()
-    # Each subtask's tool call ran on one of the two hosts, and each host ran some.
+    # Each subtask's tool call ran on one of the two hosts. How Temporal spread them is
+    # its own business (both hosts took some in every run seen, but nothing promises it),
+    # so it is shown, not asserted; the crash test above makes a host with an empty cache
+    # carry on another's work for certain.
     ran = [host.trees(plan.id) for host in hosts]
     assert ran[0] | ran[1] == {s.id for s in plan.subtasks}
-    assert ran[0] and ran[1], f"one host ran every tool call: {ran}"
+    print(f"tool calls per host: {len(ran[0])} / {len(ran[1])}")
