@@ -1,10 +1,12 @@
-"""Activities of a conversation outside plans: append, switch agent, check a plan, read.
+"""Activities of a conversation outside plans: append, switch agent, check a plan, read,
+undo a turn.
 
 The agent switch rewrites the session: tool traffic goes, user, system and
 plain assistant messages stay, the last result is kept once and a note is added. It
 first snapshots the session under an id derived from the note, and computes the switch
 from that snapshot, so a retried activity produces the same history and the same report
 (and the snapshot remains as the record of what the session was before the switch).
+Undoing a turn works the same way: snapshot, then cut the turn off that snapshot.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from durable_plans.domain.session_contracts import (
     ACT_READ_HISTORY,
     ACT_SESSION_APPEND,
     ACT_SWITCH_CONTEXT,
+    ACT_UNDO_MESSAGES,
     CREATE_PLAN_TOOL,
     SWITCH_TOOL,
     AgentSwitchResult,
@@ -39,10 +42,13 @@ from durable_plans.domain.session_contracts import (
     ReadHistoryInput,
     SessionAppendInput,
     SwitchContextInput,
+    UndoMessagesInput,
+    UndoMessagesOutput,
 )
 from durable_plans.session_store import SessionStore
 
 HISTORY_CONTENT_CHARS = 2000
+UNDO_EXCERPT_CHARS = 200
 
 
 class ConversationActivities:
@@ -219,3 +225,22 @@ class ConversationActivities:
             else m
             for m in tail
         ]
+
+    @activity.defn(name=ACT_UNDO_MESSAGES)
+    async def undo_turn_messages(self, inp: UndoMessagesInput) -> UndoMessagesOutput:
+        """Remove a turn: its user message and everything written after it (the answer,
+        tool calls and results, notes). Cut from a snapshot taken first, so a retry
+        removes exactly the same messages and answers the same."""
+        async with heartbeating():
+            store = self._store
+            await store.create_session(SessionMeta(session_id=inp.session_id))
+            await store.snapshot(inp.session_id, inp.snapshot_id)
+            before = await store.read_snapshot(inp.snapshot_id)
+            at = next((i for i, m in enumerate(before) if m.id == inp.user_message_id), None)
+            if at is None:
+                return UndoMessagesOutput(found=False)
+            await store.replace(inp.session_id, before[:at])
+            text = " ".join((before[at].content or "").split())
+            if len(text) > UNDO_EXCERPT_CHARS:
+                text = text[: UNDO_EXCERPT_CHARS - 1] + "…"
+            return UndoMessagesOutput(found=True, text=text, removed=len(before) - at)

@@ -685,6 +685,13 @@ class GitWorkspace:
 
     # ------------------------------------------------------------------ merges
 
+    def changed_files(self, plan_id: str, older: str, newer: str) -> tuple[str, ...]:
+        """The files that differ between two of a plan's commits (``git diff --name-only``,
+        renames as a removal and an addition), their commits fetched when missing."""
+        self._ensure(plan_id, older, newer)
+        done = self.git.run("diff", "--name-only", "--no-renames", "-z", older, newer)
+        return tuple(p for p in done.stdout.decode("utf-8", "replace").split("\0") if p)
+
     def _merge_tree(self, ours: str, theirs: str) -> tuple[str, tuple[str, ...]]:
         """The merged tree of two commits and the files that conflict (none: clean)."""
         done = self.git.run(

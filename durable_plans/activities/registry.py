@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from durable_plans.activities.approvals import ApprovalActivities
+from durable_plans.activities.chat_workspace import ChatWorkspaceActivities
 from durable_plans.activities.commands import CommandActivities
 from durable_plans.activities.conversation import ConversationActivities
 from durable_plans.activities.delegation import DelegationActivities
@@ -32,6 +33,7 @@ class PlanActivities:
         self.llm = LlmActivities(store, settings)
         self.tools = ToolActivities(store, settings, git)
         self.workspace = WorkspaceActivities(git)
+        self.chat_workspace = ChatWorkspaceActivities(git)
         self.delegation = DelegationActivities(store, settings)
         self.subagents = SubagentActivities(store)
         self.conversation = ConversationActivities(store)
@@ -61,6 +63,7 @@ class PlanActivities:
             self.conversation.check_switch_call,
             self.conversation.answer_tool_call,
             self.conversation.read_history,
+            self.conversation.undo_turn_messages,
             self.notify.deliver_webhook,
             self.approvals.describe_tool_call,
             self.approvals.answer_tool_call_with,
@@ -71,6 +74,7 @@ class PlanActivities:
             self.workspace.workspace_open,
             self.workspace.workspace_merge,
             self.workspace.workspace_publish,
+            self.chat_workspace.chat_publish,
         ]
 
     async def aclose(self) -> None:
