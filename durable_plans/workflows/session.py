@@ -10,6 +10,13 @@ history through an activity and records an ``agent.switched`` event. The orchest
 attempts) and starts a child PlanWorkflow on this session; its summary is appended to
 the conversation, between turns, when it finishes. When the history grows long the
 workflow continues-as-new while idle, carrying its state: nothing is lost.
+
+The conversation's files are a tree of its own in the workspace repository
+(``workflows.chat_workspace``): each turn's tool calls commit on it, the branch
+``<prefix>chat/<session-id>`` is set to its head after a turn that moved it, and the
+``undo`` update takes back the last turn: its messages (an activity cuts them off the
+session) and its files (the conversation goes on from the commit before it, on a new
+tree, and the branch is set there).
 """
 
 from __future__ import annotations
@@ -53,12 +60,17 @@ with workflow.unsafe.imports_passed_through():
         ACT_READ_HISTORY,
         ACT_SESSION_APPEND,
         ACT_SWITCH_CONTEXT,
+        ACT_UNDO_MESSAGES,
         CREATE_PLAN_TOOL,
         MAX_PLAN_ATTEMPTS,
+        MAX_UNDOABLE_TURNS,
         SIGNAL_END,
         SWITCH_TOOL,
+        UNDO_REFUSED,
         AgentSwitchEvent,
         AgentSwitchResult,
+        ChatTurn,
+        ChatWorkspace,
         CheckPlanCallInput,
         CheckPlanCallOutput,
         CheckSwitchCallInput,
@@ -75,10 +87,22 @@ with workflow.unsafe.imports_passed_through():
         SessionState,
         SwitchAgentInput,
         SwitchContextInput,
+        UndoInput,
+        UndoMessagesInput,
+        UndoMessagesOutput,
+        UndoResult,
     )
 
+from durable_plans.workflows import versions
 from durable_plans.workflows.agent_loop import AgentLoop, CustomTool, LoopFailed
 from durable_plans.workflows.approvals import ApprovalHandlers
+from durable_plans.workflows.chat_workspace import (
+    PublishFailed,
+    open_chat_workspace,
+    publish_head,
+    restart_at,
+    with_agent,
+)
 from durable_plans.workflows.live import carried_stream, release
 from durable_plans.workflows.raw_input import NO_INPUT, decode_input
 from durable_plans.workflows.store_ops import store_op
@@ -135,6 +159,14 @@ class SessionWorkflow(ApprovalHandlers):
         self._plan_ids_this_turn: list[str] = []
         self._plan_attempts = 0
         self._followers: list[asyncio.Task[None]] = []
+        # Turns admitted and not finished yet (running, or waiting for the lock): undo
+        # is refused while there are any, so it never takes back a turn nobody has seen.
+        self._open_turns = 0
+        # Asked here, once, before any update this run handles can need it: an update
+        # delivered with the run's first task runs before ``run`` does.
+        self._git = workflow.patched(versions.CHAT_WORKSPACE)
+        self._workspace: ChatWorkspace | None = inp.workspace
+        self._turns: list[ChatTurn] = list(inp.turns)
         self.approval_desk.decided = {d.call_id: d for d in inp.approvals}
         # The LLM calls' live text, for dplan chat (workflows/live.py).
         self._stream = WorkflowStream(carried_stream(inp.stream_offset))
@@ -169,6 +201,8 @@ class SessionWorkflow(ApprovalHandlers):
                 max_messages_per_run=self._max_per_run,
                 approvals=self._recent_decisions(),
                 stream_offset=self._stream_offset(),
+                workspace=self._workspace,
+                turns=tuple(self._turns),
             )
         )
 
@@ -201,6 +235,9 @@ class SessionWorkflow(ApprovalHandlers):
             plans=tuple(self._plans.values()),
             usage=self._usage,
             approvals=self._recent_decisions(),
+            commit=self._workspace.ref.head if self._workspace is not None else None,
+            branch=self._workspace.branch if self._workspace is not None else None,
+            undoable=len(self._turns),
         )
 
     @workflow.query
@@ -279,21 +316,51 @@ class SessionWorkflow(ApprovalHandlers):
     def _validate_history(self, inp: HistoryInput) -> None:
         self._refuse_if_invalid()
 
+    @workflow.update
+    async def undo(self, inp: UndoInput) -> UndoResult:
+        async with self._lock:
+            # A turn sent after this undo was admitted waits behind it: not a reason to
+            # refuse now, but an earlier undo may have taken the last turn meanwhile.
+            problem = self._undo_problem(turns_open=False)
+            if problem is not None:
+                raise application_error(UNDO_REFUSED, problem)
+            return await self._undo()
+
+    @undo.validator
+    def _validate_undo(self, inp: UndoInput) -> None:
+        self._refuse_if_invalid()
+        problem = self._undo_problem()
+        if problem is not None:
+            raise application_error(UNDO_REFUSED, problem)
+
     # ------------------------------------------------------------------ turns
 
     async def _turn(self, text: str, agent: str) -> SendMessageResult:
-        async with self._lock:
-            self._busy = True
-            try:
-                return await self._run_turn(text, agent)
-            finally:
-                self._busy = False
+        self._open_turns += 1
+        try:
+            async with self._lock:
+                self._busy = True
+                try:
+                    return await self._run_turn(text, agent)
+                finally:
+                    self._busy = False
+        finally:
+            self._open_turns -= 1
 
     async def _run_turn(self, text: str, agent: str) -> SendMessageResult:
+        if self._git and self._workspace is None:
+            # Before the turn leaves any trace: a workspace that cannot be used fails the
+            # turn with nothing written, and the next one tries again.
+            self._workspace = await open_chat_workspace(self._session_id, agent)
         n = self._handled
         self._handled += 1
         scope = session_turn_scope(workflow.info().workflow_id, n)
         await self._append([Message(id=user_message_id(scope), role="user", content=text)])
+        ws = self._workspace
+        if ws is not None:
+            ws = self._workspace = with_agent(ws, agent, self._session_id)
+        start = ws.ref.head if ws is not None else None
+        self._turns = [*self._turns, ChatTurn(number=n, start=start)][-MAX_UNDOABLE_TURNS:]
         spec = self._catalog.get(agent)
         custom: dict[str, CustomTool] = {SWITCH_TOOL: self._switch_tool(scope)}
         if agent == PLAN_AGENT:
@@ -309,6 +376,7 @@ class SessionWorkflow(ApprovalHandlers):
             custom_tools=custom,
             system_prompt=spec.system_prompt,
             approvals=self.approval_desk,
+            workspace=ws.ref if ws is not None else None,
         )
         self.approval_desk.prefix = f"{n}."  # turns restart with each message
         self._pending_switch = None
@@ -326,6 +394,11 @@ class SessionWorkflow(ApprovalHandlers):
             raise application_error(type_, message, type_in_message=True) from err
         finally:
             self._usage = self._usage + loop.usage
+            if ws is not None and loop.workspace is not None:
+                # Where the turn left the files, also when it failed: the next turn (or
+                # an undo) carries on from there.
+                self._workspace = ws.model_copy(update={"ref": loop.workspace})
+        files, problem = await self._publish(start)
         if self._pending_switch is not None:
             target, reason, confidence = self._pending_switch
             if self._switch_problem(target) is None:
@@ -337,6 +410,72 @@ class SessionWorkflow(ApprovalHandlers):
             llm_calls=loop.llm_calls,
             usage=loop.usage,
             plan_ids=tuple(self._plan_ids_this_turn),
+            files=files,
+            commit=self._workspace.ref.head if self._workspace is not None else None,
+            branch=self._workspace.branch if self._workspace is not None else None,
+            workspace_problem=problem,
+        )
+
+    async def _publish(self, since: str | None) -> tuple[tuple[str, ...], str | None]:
+        """The branch set to the conversation's head if it is not there yet; the files
+        changed since ``since``, and why the branch could not be set (None: it was)."""
+        ws = self._workspace
+        if ws is None or ws.published == ws.ref.head:
+            return (), None
+        try:
+            self._workspace, files = await publish_head(ws, since)
+        except PublishFailed as failure:
+            workflow.logger.warning(
+                "conversation %s: its branch was not set: %s", self._session_id, failure
+            )
+            return (), str(failure)
+        return files, None
+
+    # ------------------------------------------------------------------ undo
+
+    def _undo_problem(self, *, turns_open: bool = True) -> str | None:
+        if self._ended:
+            return f"session {self._session_id} has ended"
+        if turns_open and self._open_turns:
+            return (
+                "a turn is running: /undo takes back a finished turn, so wait for its "
+                "answer and undo then"
+            )
+        if not self._turns:
+            return "there is no turn to undo: every turn this conversation remembers is undone"
+        return None
+
+    async def _undo(self) -> UndoResult:
+        """Take the last turn back: its messages, then its files."""
+        mark = self._turns[-1]
+        user_id = user_message_id(session_turn_scope(workflow.info().workflow_id, mark.number))
+        cut: UndoMessagesOutput = await store_op(
+            ACT_UNDO_MESSAGES,
+            UndoMessagesInput(
+                session_id=self._session_id,
+                user_message_id=user_id,
+                snapshot_id=f"{user_id}:before-undo",
+            ),
+            result_type=UndoMessagesOutput,
+        )
+        self._turns = self._turns[:-1]
+        files: tuple[str, ...] = ()
+        problem: str | None = None
+        ws = self._workspace
+        if ws is not None and mark.start is not None and mark.start != ws.ref.head:
+            # A tree's ref only moves forward: the conversation goes on on a new tree from
+            # the commit before the turn; the old tree's ref keeps what was undone.
+            undone = ws.ref.head
+            self._workspace = restart_at(ws, mark.start)
+            files, problem = await self._publish(undone)
+        return UndoResult(
+            text=cut.text,
+            removed=cut.removed,
+            files=files,
+            commit=self._workspace.ref.head if self._workspace is not None else None,
+            branch=self._workspace.branch if self._workspace is not None else None,
+            turns_left=len(self._turns),
+            workspace_problem=problem,
         )
 
     async def _append(self, messages: list[Message]) -> None:

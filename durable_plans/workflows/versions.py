@@ -43,3 +43,10 @@ IDLE_PROGRESS = "idle-progress-1"
 # the tree's commit. Asked once, in the run's first task; runs without the marker work
 # in the worker's workspace directory as before.
 GIT_WORKSPACE = "git-workspace-1"
+
+# A conversation's files are a tree of its own in the workspace repository: its first turn
+# resolves a base (an activity), tool calls take and return the tree's commit, and a turn
+# that moved the head sets the conversation's branch (another). Asked once, when the run's
+# workflow object is made (before any update it handles); runs without the marker work in
+# the worker's workspace directory as before.
+CHAT_WORKSPACE = "chat-workspace-1"
