@@ -51,6 +51,7 @@ from durable_plans.cli.chat_commands import (
     ShowHistory,
     ShowStatus,
     SwitchAgent,
+    UndoTurn,
     Unknown,
     parse_command,
 )
@@ -59,9 +60,11 @@ from durable_plans.cli.chat_render import (
     Screen,
     decision_line,
     event_line,
+    files_line,
     history_line,
     plan_line,
     switch_lines,
+    undo_line,
 )
 from durable_plans.cli.run_command import Connection, open_connection
 from durable_plans.cli.session_client import (
@@ -86,6 +89,7 @@ from durable_plans.domain.session_contracts import (
     UPDATE_PLAN_GOAL,
     UPDATE_SEND_MESSAGE,
     UPDATE_SWITCH_AGENT,
+    UPDATE_UNDO,
     AgentSwitchEvent,
     AgentSwitchResult,
     HistoryInput,
@@ -95,6 +99,8 @@ from durable_plans.domain.session_contracts import (
     SendMessageResult,
     SessionState,
     SwitchAgentInput,
+    UndoInput,
+    UndoResult,
 )
 from durable_plans.settings import Settings
 
@@ -189,6 +195,8 @@ class _Chat:
                 await self._history(limit)
             case ShowEvents():
                 await self._events()
+            case UndoTurn():
+                await self._undo()
             case ShowHelp():
                 self.screen.line(HELP_TEXT)
             case Unknown(name):
@@ -263,8 +271,18 @@ class _Chat:
             if shown is not None:
                 self.screen.line("(the stored answer:)", "dim")
             self.screen.answer(result.agent, result.answer)
+        files = files_line(result)
+        if files is not None:
+            self.screen.line(files, "dim")
         if result.current_agent != result.agent:
             self.screen.line(f"(now talking to {result.current_agent})", "dim")
+
+    async def _undo(self) -> None:
+        result = await self._waiting(
+            session_update(self.conn, self.handle, UPDATE_UNDO, UndoInput(), UndoResult),
+            "undoing the last turn…",
+        )
+        self.screen.line(undo_line(result), "yellow")
 
     async def _switch(self, target: str, reason: str) -> None:
         result = await self._waiting(
@@ -312,6 +330,13 @@ class _Chat:
                 + ("  (busy answering)" if state.busy else ""),
                 f"  agent switches: {len(state.events)}"
                 + (" (see /events)" if state.events else ""),
+                "  files: "
+                + (
+                    f"{state.commit[:12]}" + (f" on {state.branch}" if state.branch else "")
+                    if state.commit
+                    else "none yet"
+                )
+                + f" · {state.undoable} turn(s) /undo can take back",
                 f"  usage: {usage.prompt_tokens:,} prompt + {usage.completion_tokens:,} "
                 f"completion = {usage.total_tokens:,} tokens · ${usage.cost_usd:.4f}",
             ]

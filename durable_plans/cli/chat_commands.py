@@ -25,6 +25,7 @@ __all__ = [
     "ShowHistory",
     "ShowStatus",
     "SwitchAgent",
+    "UndoTurn",
     "Unknown",
     "parse_command",
 ]
@@ -72,6 +73,11 @@ class ShowHelp:
 
 
 @dataclass(frozen=True)
+class UndoTurn:
+    """Take back the last turn: its messages and the files it changed."""
+
+
+@dataclass(frozen=True)
 class Quit:
     """Leave the chat; the conversation keeps running and can be resumed."""
 
@@ -108,6 +114,7 @@ Command = (
     | ShowHistory
     | ShowEvents
     | ShowHelp
+    | UndoTurn
     | Quit
     | EndConversation
     | Blank
@@ -123,6 +130,8 @@ Type a message and press Enter to send it to the current agent. Commands:
   /history [N]             the last N messages (default {DEFAULT_HISTORY}, at most {MAX_HISTORY})
   /events                  agent switches (time, from → to, reason, confidence)
                            and tool-call approvals (who decided what, when)
+  /undo                    take back the last turn: its messages and the files it
+                           changed (again for the turn before it)
   /help                    this text
   /quit                    leave; the conversation stays resumable (also Ctrl-D, Ctrl-C)
   /end                     end the conversation for good
@@ -133,6 +142,7 @@ _NO_ARGUMENTS: Final[dict[str, Command]] = {
     "/status": ShowStatus(),
     "/events": ShowEvents(),
     "/help": ShowHelp(),
+    "/undo": UndoTurn(),
     "/?": ShowHelp(),
     "/quit": Quit(),
     "/exit": Quit(),

@@ -18,15 +18,23 @@ from rich.text import Text
 
 from durable_plans.domain.approvals import ApprovalDecision
 from durable_plans.domain.models import Message
-from durable_plans.domain.session_contracts import AgentSwitchEvent, AgentSwitchResult, PlanRef
+from durable_plans.domain.session_contracts import (
+    AgentSwitchEvent,
+    AgentSwitchResult,
+    PlanRef,
+    SendMessageResult,
+    UndoResult,
+)
 
 __all__ = [
     "Screen",
     "event_line",
+    "files_line",
     "history_line",
     "one_line",
     "plan_line",
     "switch_lines",
+    "undo_line",
 ]
 
 _PLAIN_WIDTH: Final = 100
@@ -58,6 +66,36 @@ def history_line(message: Message, width: int) -> str:
         body = f"{message.name}: {body}"
     prefix = f"{message.role:<9} "
     return prefix + one_line(body, width - len(prefix))
+
+
+def _files(files: Sequence[str]) -> str:
+    return ", ".join(files) if files else "none"
+
+
+def _where(commit: str | None, branch: str | None) -> str:
+    if commit is None:
+        return ""
+    return f" (now {commit[:12]}" + (f" on {branch})" if branch else ")")
+
+
+def files_line(result: SendMessageResult) -> str | None:
+    """What a turn did to the conversation's files; None when it changed none."""
+    if result.workspace_problem is not None:
+        return f"files: the branch was not updated: {result.workspace_problem}"
+    if not result.files:
+        return None
+    return f"files changed: {_files(result.files)}{_where(result.commit, result.branch)}"
+
+
+def undo_line(result: UndoResult) -> str:
+    """What ``/undo`` took back, in one line."""
+    said = one_line(result.text, 80) if result.text else "(its messages were already gone)"
+    removed = f"{result.removed} message" + ("" if result.removed == 1 else "s")
+    line = f"undid: {said}; removed {removed}; files restored: {_files(result.files)}"
+    line += _where(result.commit, result.branch) if result.files else ""
+    if result.workspace_problem is not None:
+        line += f"; the branch was not updated: {result.workspace_problem}"
+    return line
 
 
 def event_line(event: AgentSwitchEvent) -> str:

@@ -37,7 +37,10 @@ from durable_plans.domain.session_contracts import (
     session_workflow_id,
 )
 from durable_plans.testing import FakeProviderProcess
+from tests.integration.replay import assert_replays
 from tests.integration.workers import REPO_ROOT, WorkerProcess, worker_env
+from tests.integration.workspace_files import git
+from tests.integration.workspace_steps import write
 
 pytestmark = pytest.mark.integration
 
@@ -339,6 +342,57 @@ async def test_status_follow_shows_a_running_subtasks_step_and_the_text_it_is_wr
     assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{err_bytes.decode()}"
     assert re.search(r"✓ look \(coder\) completed", out), out
     assert "Plan " in out and "COMPLETED" in out, out  # the final report follows
+
+
+async def test_undo_takes_back_the_last_turn_its_files_and_its_messages(
+    stack: Stack, client: Client
+) -> None:
+    session = f"chat-undo-{uuid.uuid4().hex[:8]}"
+    branch = f"dplan/chat/{session}"
+    script = "\n".join(
+        [
+            "/undo",  # refused: nothing to undo yet
+            "Start the notes " + write("notes.txt", "one\n"),
+            "Change the notes " + write("notes.txt", "two\n") + " " + write("todo.txt", "t\n"),
+            "/undo",
+            "/history 20",
+            "/status",
+            "/quit",
+        ]
+    )
+    code, out, err = await run_cli(
+        stack, ["chat", "--session", session, "--agent", "coder"], script + "\n"
+    )
+    assert code == 0, f"stdout:\n{out}\nstderr:\n{err}"
+    assert (
+        "error: UndoRefused: there is no turn to undo: every turn this conversation "
+        "remembers is undone\n" in out
+    ), out
+    # After the undo the branch is at the first turn's commit again.
+    first = git(stack.workspace, "rev-parse", branch).stdout.strip()
+    assert f"files changed: notes.txt (now {first[:12]} on {branch})" in out
+    assert "files changed: notes.txt, todo.txt (now " in out
+    undone = re.search(
+        r"^undid: Change the notes <<write_file .*; removed (\d+) messages; "
+        r"files restored: notes\.txt, todo\.txt \(now (\w{12}) on (\S+)\)$",
+        out,
+        re.MULTILINE,
+    )
+    assert undone is not None, out
+    assert int(undone[1]) >= 6  # the user message, two calls, their answers, the answer
+    assert (undone[2], undone[3]) == (first[:12], branch)
+    assert git(stack.workspace, "show", f"{branch}:notes.txt").stdout == "one\n"
+    assert git(stack.workspace, "cat-file", "-e", f"{branch}:todo.txt", check=False).returncode
+    history = _between(out, "files restored:", "session ")
+    assert "user      Start the notes" in history
+    assert "Change the notes" not in history
+    assert f"  files: {first[:12]} on {branch} · 1 turn(s) /undo can take back" in out
+
+    state = await client.get_workflow_handle(session_workflow_id(session)).query(
+        "state", result_type=SessionState
+    )
+    assert (state.commit, state.branch, state.undoable) == (first, branch, 1)
+    await assert_replays(client, [session_workflow_id(session)])
 
 
 async def test_end_finishes_the_conversation_for_good(stack: Stack, client: Client) -> None:

@@ -28,16 +28,28 @@ from durable_plans.cli.chat_commands import (
     ShowHistory,
     ShowStatus,
     SwitchAgent,
+    UndoTurn,
     Unknown,
     parse_command,
 )
-from durable_plans.cli.chat_render import event_line, history_line, switch_lines
+from durable_plans.cli.chat_render import (
+    event_line,
+    files_line,
+    history_line,
+    switch_lines,
+    undo_line,
+)
 from durable_plans.cli.main import build_parser
 from durable_plans.cli.plan_command import plan_goal_command
 from durable_plans.cli.session_client import check_session_id, new_session_id
 from durable_plans.cli.stdin_lines import StdinLines
-from durable_plans.domain.models import FunctionCall, Message, ToolCall
-from durable_plans.domain.session_contracts import AgentSwitchEvent, AgentSwitchResult
+from durable_plans.domain.models import FunctionCall, Message, ToolCall, Usage
+from durable_plans.domain.session_contracts import (
+    AgentSwitchEvent,
+    AgentSwitchResult,
+    SendMessageResult,
+    UndoResult,
+)
 from durable_plans.settings import Settings
 
 # --------------------------------------------------------------------------- parse_command
@@ -67,6 +79,8 @@ from durable_plans.settings import Settings
         ("/exit", Quit()),
         ("  /quit  ", Quit()),
         ("/end", EndConversation()),
+        ("/undo", UndoTurn()),
+        ("/UNDO  ", UndoTurn()),
         ("/frobnicate now", Unknown("/frobnicate")),
         ("/", Unknown("/")),
     ],
@@ -91,6 +105,7 @@ def test_parse_command(line: str, expected: object) -> None:
         ("/status now", "/status takes no arguments"),
         ("/quit please", "/quit takes no arguments"),
         ("/end it", "/end takes no arguments"),
+        ("/undo 2", "/undo takes no arguments"),
     ],
 )
 def test_parse_command_usage_errors(line: str, fragment: str) -> None:
@@ -107,8 +122,9 @@ def test_history_usage_names_the_bounds() -> None:
 
 
 def test_help_lists_every_command() -> None:
-    for name in ("/switch", "/plan", "/status", "/history", "/events", "/help", "/quit", "/end"):
+    for name in ("/switch", "/plan", "/status", "/history", "/events", "/undo", "/help", "/quit"):
         assert name in HELP_TEXT
+    assert "/end" in HELP_TEXT
 
 
 # --------------------------------------------------------------------------- session ids
@@ -282,3 +298,37 @@ async def test_plan_without_a_server_fails_with_the_address(
     assert code == 1
     captured = capsys.readouterr()
     assert "127.0.0.1:9" in captured.err and captured.out == ""
+
+
+def _turn(**fields: object) -> SendMessageResult:
+    return SendMessageResult(
+        answer="Done.", agent="coder", current_agent="coder", llm_calls=2, usage=Usage(), **fields
+    )
+
+
+def test_files_line_says_what_a_turn_changed_and_where_the_branch_is() -> None:
+    assert files_line(_turn()) is None  # a turn that changed no file says nothing
+    line = files_line(_turn(files=("a.txt", "b.txt"), commit="c" * 40, branch="dplan/chat/chat-1"))
+    assert line == "files changed: a.txt, b.txt (now cccccccccccc on dplan/chat/chat-1)"
+    lagging = files_line(_turn(workspace_problem="WorkspaceUnavailable: branch checked out"))
+    assert lagging == "files: the branch was not updated: WorkspaceUnavailable: branch checked out"
+
+
+def test_undo_line_says_what_was_taken_back() -> None:
+    undone = UndoResult(
+        text="write the notes " + "x" * 200,
+        removed=4,
+        files=("a.txt", "b.txt"),
+        commit="d" * 40,
+        branch="dplan/chat/chat-1",
+    )
+    line = undo_line(undone)
+    assert line.startswith("undid: write the notes xxx")
+    assert "…; removed 4 messages; files restored: a.txt, b.txt (now dddddddddddd on " in line
+    assert line.endswith("dplan/chat/chat-1)")
+    plain = undo_line(UndoResult(text="hi", removed=1))
+    assert plain == "undid: hi; removed 1 message; files restored: none"
+    gone = undo_line(UndoResult(text="", removed=0))
+    assert gone == (
+        "undid: (its messages were already gone); removed 0 messages; files restored: none"
+    )
