@@ -280,10 +280,20 @@ class GitWorkspace:
             raise WorkspaceUnavailable(
                 f"DPLAN_WORKSPACE {path} cannot be created: {err.strerror}"
             ) from None
-        found = self._discover(path)
-        if found is not None:
-            return GitRunner(found, self._home)
-        return self._initialise(path)
+        # Two workers (or a worker and dplan run --embedded) may meet a plain directory at
+        # once: one initialises it while the other waits, then finds the repository (not
+        # a half-made one). The lock is on the directory itself, so nothing is written
+        # into the user's files.
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            found = self._discover(path)
+            if found is not None:
+                return GitRunner(found, self._home)
+            return self._initialise(path)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
     def _discover(self, path: Path) -> Path | None:
         """The git directory of the repository at ``path`` (not one above it), or None."""

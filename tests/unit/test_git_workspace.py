@@ -11,6 +11,8 @@ bare repository served by ``git daemon`` on loopback.
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -107,6 +109,34 @@ def test_a_missing_directory_is_created_and_initialised(tmp_path: Path) -> None:
     gw = GitWorkspace(tmp_path / "new" / "ws", tmp_path / "state")
     base = gw.open_plan(PLAN, None)
     assert files_at(tmp_path / "new" / "ws" / ".git", base) == {}
+
+
+def test_workers_meeting_one_plain_directory_at_once_make_one_repository(tmp_path: Path) -> None:
+    """Processes of their own, each with its own state directory, all opening the same
+    plain directory at once (two workers and `dplan run --embedded` starting together):
+    one initialises it, the others find it, every one gets the same base."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "a.txt").write_text("a\n")
+    probe = (
+        "import sys; from pathlib import Path\n"
+        "from durable_plans.activities.git_workspace import GitWorkspace\n"
+        "print(GitWorkspace(Path(sys.argv[1]), Path(sys.argv[2])).open_plan('p', None))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", probe, str(plain), str(tmp_path / f"state-{i}")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(6)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    bases = {out.strip() for out, _ in outs}
+    assert bases == {git(plain, "rev-parse", "HEAD")}
+    assert git(plain, "rev-list", "--count", "HEAD") == "1"
 
 
 def test_a_directory_inside_another_repository_is_its_own_repository(
