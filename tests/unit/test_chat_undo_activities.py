@@ -149,3 +149,32 @@ async def test_the_branch_follows_the_head_forward_and_back_naming_the_files(
     assert str(after["refs"]).replace(f"{base} commit\trefs/heads/{back.branch}\n", "") == str(
         before["refs"]
     )
+
+
+async def test_with_a_remote_the_branch_moves_back_there_and_another_host_lists_the_files(
+    tmp_path: Path,
+) -> None:
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "clone", "-q", "--bare", str(user_repo(tmp_path / "repo")), str(remote))
+    one = GitWorkspace(tmp_path / "unused", tmp_path / "host1", remote=str(remote))
+    base = one.open_plan(PLAN, None)
+    with one.checkout(WorkspaceRef(plan_id=PLAN, tree="k@0", head=base, identity=AGENT)) as tree:
+        (tree.path / "notes.txt").write_text("notes\n")
+        head = tree.commit("turn 0", AT)
+    assert head is not None
+    env = ActivityEnvironment()
+
+    def publish(at: str, since: str) -> ChatPublishInput:
+        return ChatPublishInput(
+            plan_id=PLAN, base=base, head=at, since=since, at_s=AT, identity=AGENT
+        )
+
+    forward = await env.run(ChatWorkspaceActivities(one).chat_publish, publish(head, base))
+    assert git(remote, "rev-parse", f"refs/heads/{forward.branch}") == head
+    # Another host, its cache empty: it fetches the commits it lacks to list the files,
+    # and the remote's branch goes back to the base (a lease on where it was, not a push
+    # refused for not being a fast-forward).
+    two = GitWorkspace(tmp_path / "unused", tmp_path / "host2", remote=str(remote))
+    back = await env.run(ChatWorkspaceActivities(two).chat_publish, publish(base, head))
+    assert back.files == ("notes.txt",)
+    assert git(remote, "rev-parse", f"refs/heads/{back.branch}") == base
