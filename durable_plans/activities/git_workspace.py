@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -84,6 +85,13 @@ ZERO = "0" * 40
 INIT_IDENTITY = GitIdentity(name="dplan", email="dplan@localhost")
 """Who the first commit of an initialised directory is by."""
 CACHE_NAME = "workspace-cache.git"
+# A repository being initialised is built under this name beside .git, then renamed.
+_INIT_PREFIX = ".git-dplan-init-"
+# Taken (flock) in the git directory by every process of ours that moves a ref.
+_REFS_LOCK = "dplan-refs.lock"
+# A lock on a ref that is not ours (a result branch a person may be moving) older than
+# this was left by a dead process: no live git holds a ref's lock for so long.
+_FOREIGN_LOCK_AGE_S = 30.0
 _CAS_ROUNDS = 5
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9@_-]")
 _HEX = re.compile(r"^[0-9a-f]{4,40}$")
@@ -315,15 +323,25 @@ class GitWorkspace:
 
     def _initialise(self, path: Path) -> GitRunner:
         """Make ``path`` a repository whose first commit is its content (``.gitignore``
-        respected); the state directory is left out when it lies inside."""
-        git = GitRunner(path / ".git", self._home)
-        git.run("init", "--quiet", str(path))
-        if self.state_dir.is_relative_to(path) and self.state_dir != path:
-            exclude = path / ".git" / "info" / "exclude"
-            exclude.parent.mkdir(parents=True, exist_ok=True)
-            rel = self.state_dir.relative_to(path).as_posix()
-            with exclude.open("a") as f:
-                f.write(f"\n/{rel}/\n")
+        respected); the state directory is left out when it lies inside.
+
+        Built in a git directory of its own beside ``.git`` and renamed into place last,
+        so a worker killed half-way leaves no half-made repository (one without a commit
+        would be refused as the user's own): the next opener finds the leftover, removes
+        it and starts again.
+        """
+        for leftover in path.glob(f"{_INIT_PREFIX}*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        building = path / f"{_INIT_PREFIX}{os.getpid()}"
+        git = GitRunner(building, self._home)
+        git.run("init", "--quiet", "--bare", str(building))
+        git.run("config", "core.bare", "false")
+        exclude = building / "info" / "exclude"
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        with exclude.open("a") as f:
+            f.write(f"\n/{_INIT_PREFIX}*/\n")
+            if self.state_dir.is_relative_to(path) and self.state_dir != path:
+                f.write(f"/{self.state_dir.relative_to(path).as_posix()}/\n")
         git.run("add", "--all", work_tree=path)
         tree = git.out("write-tree", work_tree=path)
         commit = git.out(
@@ -333,16 +351,17 @@ class GitWorkspace:
             "The workspace as it was when durable-plans first used it",
             env=_identity_env(INIT_IDENTITY, time.time()),
         )
-        made = git.run("update-ref", "HEAD", commit, ZERO, check=False).returncode == 0
-        if made:
-            files = len(git.out("ls-files", work_tree=path, index=None).splitlines())
-            _log.warning(
-                "DPLAN_WORKSPACE %s was not a git repository: initialised it, its %d files "
-                "the first commit %s",
-                path,
-                files,
-                commit[:12],
-            )
+        git.run("update-ref", "HEAD", commit)
+        os.rename(building, path / ".git")
+        git = GitRunner(path / ".git", self._home)
+        files = len(git.out("ls-files", work_tree=path, index=None).splitlines())
+        _log.warning(
+            "DPLAN_WORKSPACE %s was not a git repository: initialised it, its %d files "
+            "the first commit %s",
+            path,
+            files,
+            commit[:12],
+        )
         return git
 
     def _open_cache(self) -> GitRunner:
@@ -499,16 +518,49 @@ class GitWorkspace:
         return current is None or current == start or self._is_ancestor(current, start)
 
     def _set_local(self, ref: str, new: str, old: str | None) -> bool:
-        done = self.git.run("update-ref", ref, new, old or ZERO, check=False)
+        with self._refs_lock():
+            done = self.git.run("update-ref", ref, new, old or ZERO, check=False)
+            stderr = done.stderr.decode("utf-8", "replace")
+            if done.returncode != 0 and self._stale_ref_lock(ref, stderr):
+                done = self.git.run("update-ref", ref, new, old or ZERO, check=False)
+                stderr = done.stderr.decode("utf-8", "replace")
         if done.returncode == 0:
             return True
-        stderr = done.stderr.decode("utf-8", "replace")
         if ".lock" in stderr and "File exists" in stderr:
             time.sleep(0.05)  # another writer holds the ref's lock for a moment
             return False
         if "but expected" in stderr or "already exists" in stderr or "unable to resolve" in stderr:
             return False
         raise WorkspaceUnavailable(f"{ref} cannot be updated in {self.where}: {error_line(stderr)}")
+
+    @contextlib.contextmanager
+    def _refs_lock(self) -> Iterator[None]:
+        """Held by every process of ours while it moves a ref of this repository (on
+        this host), so a ref's lock file found meanwhile is a dead process's."""
+        fd = os.open(self.git.git_dir / _REFS_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _stale_ref_lock(self, ref: str, stderr: str) -> bool:
+        """Remove the lock file of ``ref`` left by a process killed while it moved the
+        ref; True when there was one. Our refs are only ever moved under ``_refs_lock``;
+        a result branch a person might be moving is taken only once its lock is old."""
+        if ".lock" not in stderr or "File exists" not in stderr:
+            return False
+        lock = self.git.git_dir / f"{ref}.lock"
+        try:
+            age = time.time() - lock.stat().st_mtime
+        except OSError:
+            return False
+        if not ref.startswith("refs/dplan/") and age < _FOREIGN_LOCK_AGE_S:
+            return False
+        lock.unlink(missing_ok=True)
+        _log.warning("removed %s, left by a process that died moving %s", lock.name, ref)
+        return True
 
     def _set_ref(self, ref: str, new: str, expected: str | None) -> bool:
         """Compare-and-swap ``ref`` from ``expected`` to ``new`` (on the remote first
@@ -609,6 +661,9 @@ class GitWorkspace:
         fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
+            # Every call on this tree holds its lock, so an index lock file found now was
+            # left by a process killed mid-command: without this the tree stays unusable.
+            paths.index.with_name(paths.index.name + ".lock").unlink(missing_ok=True)
             self._ensure(ref.plan_id, ref.head)
             self._materialise(paths, ref.head)
         except BaseException:

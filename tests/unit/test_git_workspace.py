@@ -11,8 +11,11 @@ bare repository served by ``git daemon`` on loopback.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -582,3 +585,66 @@ def test_git_subprocesses_see_no_user_config(gw: GitWorkspace, tmp_path: Path) -
     base = gw.open_plan(PLAN, None)
     assert write(gw, ref(base), {"a.txt": "a\n"}) is not None
     assert not marker.exists()
+
+
+# --------------------------------------------------------------------------- killed mid-command
+
+
+def test_a_worker_killed_while_initialising_leaves_nothing_the_next_cannot_use(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL at moments inside the first opening of a plain directory (its files many,
+    so the opening takes a while): the next worker always makes or finds a repository
+    whose first commit is the directory's content, never a half-made one."""
+    probe = (
+        "import sys; from pathlib import Path\n"
+        "from durable_plans.activities.git_workspace import GitWorkspace\n"
+        "print(GitWorkspace(Path(sys.argv[1]), Path(sys.argv[2])).open_plan('p', None))"
+    )
+    for attempt, delay_s in enumerate((0.0, 0.005, 0.02, 0.05)):
+        plain = tmp_path / f"plain-{attempt}"
+        plain.mkdir()
+        for i in range(1500):
+            (plain / f"f{i}.txt").write_text(f"{i}\n")
+        first = subprocess.Popen(
+            [sys.executable, "-c", probe, str(plain), str(tmp_path / f"s{attempt}a")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # killed with its git children, as a host dies
+        )
+        deadline = time.monotonic() + 60
+        while first.poll() is None and not any(plain.glob(".git*")):
+            assert time.monotonic() < deadline, "the first opener never started"
+            time.sleep(0.0005)
+        time.sleep(delay_s)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        second = subprocess.run(
+            [sys.executable, "-c", probe, str(plain), str(tmp_path / f"s{attempt}b")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert second.returncode == 0, second.stderr
+        base = second.stdout.strip()
+        assert git(plain, "rev-parse", "HEAD") == base
+        assert len(git(plain, "ls-tree", "-r", "--name-only", base).splitlines()) == 1500
+        assert not list(plain.glob(".git-dplan-init-*"))
+
+
+def test_lock_files_left_by_a_killed_git_do_not_block_the_next_call(
+    gw: GitWorkspace, repo: Path
+) -> None:
+    """A process killed while git held a tree's index lock, or a tree ref's lock, left
+    the lock file behind; the next call on that tree goes through."""
+    base = gw.open_plan(PLAN, None)
+    first = write(gw, ref(base), {"a.txt": "1\n"})
+    assert first is not None
+    index_lock = next((gw.state_dir / "trees").rglob("*.index")).with_suffix(".index.lock")
+    index_lock.write_text("")
+    ref_lock = git_dir(repo) / f"{tree_ref(PLAN, 'a@0')}.lock"
+    ref_lock.write_text("")
+    second = write(gw, ref(first), {"a.txt": "2\n"}, turn=2)
+    assert second is not None
+    assert git(repo, "rev-parse", tree_ref(PLAN, "a@0")) == second
+    assert not index_lock.exists() and not ref_lock.exists()
