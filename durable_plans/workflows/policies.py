@@ -62,7 +62,9 @@ NON_RETRYABLE_WORKSPACE_ERRORS = (
 )
 
 # One attempt of a workspace activity (open, merge, publish): local git work takes
-# milliseconds, but a remote may have to be fetched from or pushed to first.
+# milliseconds, but a remote may have to be fetched from or pushed to first. They
+# heartbeat while they work (``SHORT_HEARTBEAT``), so an attempt on a worker that died
+# runs again elsewhere within seconds, not when this bound runs out.
 WORKSPACE_START_TO_CLOSE = timedelta(minutes=5)
 
 # Runs recorded before workspace tools became local activities ran them as regular

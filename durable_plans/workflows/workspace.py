@@ -173,6 +173,7 @@ async def open_base(plan: Plan) -> str:
             WorkspaceOpenInput(plan_id=plan.id, requested_base=plan.workspace_base),
             result_type=WorkspaceOpenOutput,
             start_to_close_timeout=policies.WORKSPACE_START_TO_CLOSE,
+            heartbeat_timeout=policies.SHORT_HEARTBEAT,
             retry_policy=policies.workspace_retry(),
             summary="workspace: resolve the base",
         )
@@ -208,6 +209,7 @@ async def start_head(start: WorkspaceStart, subtask: str) -> str:
             ),
             result_type=WorkspaceMergeOutput,
             start_to_close_timeout=policies.WORKSPACE_START_TO_CLOSE,
+            heartbeat_timeout=policies.SHORT_HEARTBEAT,
             retry_policy=policies.workspace_retry(),
             summary="workspace: merge " + ", ".join(sid for sid, _ in start.parents)[:150],
         )
@@ -236,6 +238,7 @@ async def publish_result(
             ),
             result_type=WorkspaceSummary,
             start_to_close_timeout=policies.WORKSPACE_START_TO_CLOSE,
+            heartbeat_timeout=policies.SHORT_HEARTBEAT,
             retry_policy=policies.workspace_retry(),
             summary="workspace: publish the result branch",
         )
