@@ -36,7 +36,8 @@ from tests.integration.chaos_support import (
 from tests.integration.plans import make_plan
 from tests.integration.workers import worker_env
 
-pytestmark = pytest.mark.integration
+# Rounds wait up to RESULT_TIMEOUT_S for a plan: a bound for hangs, beyond the default.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 SERVER_PLAN = [
     ("a", "Inspect the repository", []),

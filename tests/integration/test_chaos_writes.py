@@ -47,7 +47,8 @@ from tests.integration.plans import make_plan
 from tests.integration.stored import opened_store
 from tests.integration.workspace_files import plan_paths, result_text
 
-pytestmark = pytest.mark.integration
+# Rounds wait up to RESULT_TIMEOUT_S for a plan: a bound for hangs, beyond the default.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 # Three writes in a row: the kill waits for one it can catch mid-write (a write lasts about
 # a millisecond, so one try may miss it); the subtask after the killed write is the one
