@@ -75,3 +75,10 @@ def test_the_readme_reaches_every_document_in_docs() -> None:
     linked = {(REPO / t.partition("#")[0]).resolve() for t in relative_links(REPO / "README.md")}
     missing = [p.name for p in DOCUMENTS[1:] if p.resolve() not in linked]
     assert missing == [], f"README.md does not link to docs/{missing}"
+
+
+def test_the_readme_stays_an_opening_not_a_manual() -> None:
+    """The README opens the project for a newcomer; detail belongs in docs/."""
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250, f"README.md is {len(lines)} lines: move detail to docs/"
+    assert lines[2].split()[:2] == ["make", "demo"] and lines[3].split()[:2] == ["make", "test"]
