@@ -11,11 +11,15 @@ workflow's history): ``StreamScrubber`` holds back the last word until it is com
 Batches, not tokens, cross to the workflow (each batch is one signal, a history event):
 the first text of an attempt is sent at once (that is the latency a person notices),
 then whatever accumulated every ``interval``.
+
+A provider that ignores ``stream`` and answers with one plain JSON completion (some
+gateways do) is read as that whole answer (``plain_json_answer``), never as an empty one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from datetime import timedelta
 from types import TracebackType
@@ -123,6 +127,10 @@ async def streamed_completion(
 ) -> Any:
     """The whole response of a streamed call, publishing its text and tool starts."""
     stream = await acompletion(**kwargs, stream=True, stream_options={"include_usage": True})
+    whole = await plain_json_answer(litellm, stream, str(kwargs.get("model")))
+    if whole is not None:
+        _publish_whole(whole, live)
+        return whole
     chunks: list[Any] = []
     finished = False
     async for chunk in stream:
@@ -151,6 +159,54 @@ async def streamed_completion(
     if response is None:
         return _empty(litellm)
     return response
+
+
+async def plain_json_answer(litellm: Any, stream: Any, model: str) -> Any | None:
+    """The whole answer when the provider ignored ``stream`` and sent one JSON completion.
+
+    Some gateways answer a streamed request with a plain ``application/json`` chat
+    completion. Read as server-sent events it holds no event, and litellm's stream then
+    makes up an empty finished answer: a tool call or a text the model did give would be
+    reported as ``EmptyAnswer``. So before reading the stream, the HTTP response under it
+    (where litellm keeps one: OpenAI-compatible providers) is looked at: a JSON body is
+    the answer, read whole; JSON that is not a chat completion fails as an invalid
+    response that says what came back. None: a real stream (or no response to look at).
+    """
+    raw = getattr(getattr(stream, "completion_stream", None), "response", None)
+    headers = getattr(raw, "headers", None)
+    if raw is None or headers is None or not hasattr(raw, "aread"):
+        return None
+    content_type = str(headers.get("content-type") or "").lower()
+    if "json" not in content_type or "event-stream" in content_type:
+        return None
+    body = await raw.aread()
+    try:
+        data = json.loads(body)
+        if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+            raise ValueError("no 'choices'")
+        response = litellm.ModelResponse(**data)
+    except Exception as exc:
+        raise litellm.APIError(
+            status_code=500,
+            message="the provider answered a streamed request with plain JSON that is not a "
+            f"chat completion ({type(exc).__name__}: {exc}): {body[:200]!r}",
+            llm_provider="",
+            model=model,
+        ) from None
+    return response
+
+
+def _publish_whole(response: Any, live: LivePublisher) -> None:
+    """What watchers would have seen streamed: the answer's text and tool calls at once."""
+    for choice in getattr(response, "choices", None) or ():
+        message = getattr(choice, "message", None)
+        content = getattr(message, "content", None)
+        if isinstance(content, str) and content:
+            live.text(content)
+        for call in getattr(message, "tool_calls", None) or ():
+            name = getattr(getattr(call, "function", None), "name", None)
+            if name:
+                live.tool(name)
 
 
 def _empty(litellm: Any) -> Any:

@@ -52,6 +52,8 @@ message, which stay the same across retries and across the turns of one agent lo
                            ``POST /control/release-streams`` (``release_streams()``)
     [stream-cut]           the conversation's first streamed answer with text is cut off
                            (connection closed) right after its first text
+    [no-stream]            a streamed request is answered with one plain JSON completion,
+                           as a gateway that ignores ``stream`` does
 
 Examples: ``Fix the build [flaky:500x2]``, ``Summarise [fail:400:context]``,
 ``Look around [flaky:429x1:retry-after-ms=1500]``.
@@ -339,7 +341,13 @@ class FakeProvider:
         try:
             reply, chat = self._decide(record, body, invalid)
             await asyncio.sleep((self.latency_ms + reply.delay_ms) / 1000.0)
-            if isinstance(reply, Completion) and chat is not None and body and body.get("stream"):
+            if (
+                isinstance(reply, Completion)
+                and chat is not None
+                and body
+                and body.get("stream")
+                and "[no-stream]" not in chat.last_user_text
+            ):
                 return await self._stream(request, record, reply, chat)
             return self._send(request, record, reply, chat)
         finally:
