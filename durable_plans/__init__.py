@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         SubtaskStatus,
         Usage,
     )
+    from durable_plans.domain.operations import SubtaskChanges, SubtaskEdit
     from durable_plans.plugin import DurablePlansPlugin
     from durable_plans.session_store import SessionStore
     from durable_plans.session_store.factory import open_session_store
@@ -81,6 +82,8 @@ __all__ = [
     "StatusUnavailable",
     "Subtask",
     "SubtaskChanged",
+    "SubtaskChanges",
+    "SubtaskEdit",
     "SubtaskResult",
     "SubtaskStatus",
     "TemporalUnreachable",
@@ -127,6 +130,7 @@ _HOMES: dict[str, str] = {
             "SubtaskStatus",
             "Usage",
         ),
+        "durable_plans.domain.operations": ("SubtaskChanges", "SubtaskEdit"),
         "durable_plans.plugin": ("DurablePlansPlugin",),
         "durable_plans.session_store": ("SessionStore",),
         "durable_plans.session_store.factory": ("open_session_store",),

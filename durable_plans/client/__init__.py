@@ -25,6 +25,7 @@ from durable_plans.client._watch import (
     SubtaskChanged,
     TextStreamed,
 )
+from durable_plans.domain.operations import SubtaskChanges, SubtaskEdit
 
 __all__ = [
     "ApprovalWaiting",
@@ -41,6 +42,8 @@ __all__ = [
     "Refused",
     "StatusUnavailable",
     "SubtaskChanged",
+    "SubtaskChanges",
+    "SubtaskEdit",
     "TemporalUnreachable",
     "TextStreamed",
     "load_plan",

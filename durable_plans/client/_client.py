@@ -33,7 +33,12 @@ from durable_plans.client._approvals import (
     pending_calls,
     running_plan_ids,
 )
-from durable_plans.client._operate import start_retry, update_running_plan
+from durable_plans.client._operate import (
+    check_changes,
+    plan_edits,
+    start_retry,
+    update_running_plan,
+)
 from durable_plans.client._operator import default_operator
 from durable_plans.client._plans import (
     connect,
@@ -53,6 +58,8 @@ from durable_plans.domain.operations import (
     RESUME_UPDATE,
     SKIP_UPDATE,
     BudgetRequest,
+    SubtaskChanges,
+    SubtaskEdit,
     SubtaskRequest,
 )
 from durable_plans.domain.plan_loader import (
@@ -200,15 +207,38 @@ class Client:
     # ------------------------------------------------------------------ operating
 
     async def retry(
-        self, plan_id: str, subtasks: builtins.list[str] | None = None
+        self,
+        plan_id: str,
+        subtasks: builtins.list[str] | None = None,
+        *,
+        changes: Mapping[str, SubtaskChanges] | None = None,
     ) -> builtins.list[str]:
         """Run a finished plan again under the same id, keeping what completed: its
         failed, skipped and cancelled subtasks run again (and ``subtasks``, with what
-        depends on them). Returns the subtasks that run again; ``report`` waits for it."""
+        depends on them). Returns the subtasks that run again; ``report`` waits for it.
+
+        ``changes`` edits subtasks first (edit and re-run: a new description, agent or
+        model); each edited one runs again with its dependents, whether it had completed
+        or failed, and the plan's memo records which fields this operator changed
+        (``edits``). ``InvalidArgument`` names an empty description, an agent this
+        client's catalogue (``agents``) lacks or a bad model before anything is asked;
+        ``Refused`` a subtask the plan does not have, or a plan still running."""
+        checked = check_changes(changes, self.agents()) if changes else {}
         _, rerun = await start_retry(
-            self._temporal, plan_id, self._settings.task_queue, subtasks or ()
+            self._temporal,
+            plan_id,
+            self._settings.task_queue,
+            subtasks or (),
+            changes=checked,
+            catalog=self.agents() if checked else None,
+            by=self._operator,
         )
         return rerun
+
+    async def edits(self, plan_id: str) -> builtins.list[SubtaskEdit]:
+        """Who changed which subtask fields in the plan's edits and re-runs (oldest
+        first), from its memo: readable once it ended too, without a worker."""
+        return await plan_edits(self._temporal, plan_id)
 
     async def resume(self, plan_id: str, subtask: str) -> str:
         """Run a subtask paused on its failure again; returns the workflow's sentence."""

@@ -5,27 +5,48 @@ validators refuse what cannot be done (an unknown subtask, one that is not pause
 budget naming no limit) before anything is written, and the caller gets that sentence.
 ``retry`` starts a new run of a finished plan (same workflow id) from the state the last
 run reached, read through the ``carried_state`` query: what completed is kept, what
-failed, was skipped or cancelled runs again.
+failed, was skipped or cancelled runs again. With changes (edit and re-run) the new run's
+plan has the edited subtasks, which run again with their dependents; who changed which
+fields is recorded in the new run's memo (``EDITS_MEMO``), kept by every later retry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 
-from durable_plans._errors import Refused
+from durable_plans._errors import InvalidArgument, Refused
 from durable_plans.client._plans import describe_plan, query_plan
+from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
 from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput
 from durable_plans.domain.failures import describe_failure
 from durable_plans.domain.models import PlanReport
-from durable_plans.domain.operations import CARRIED_STATE_QUERY, OperatorError, retry_input
+from durable_plans.domain.operations import (
+    CARRIED_STATE_QUERY,
+    EDITS_MEMO,
+    MAX_KEPT_EDITS,
+    OperatorError,
+    SubtaskChanges,
+    SubtaskEdit,
+    change_problems,
+    retry_input,
+    with_agents_of,
+)
+from durable_plans.domain.plan_loader import validate_plan
+from durable_plans.domain.problems import describe
 from durable_plans.domain.secrets import scrub_secrets
 
-__all__ = ["start_retry", "update_running_plan"]
+__all__ = ["check_changes", "plan_edits", "start_retry", "update_running_plan"]
 
 T = TypeVar("T")
 
@@ -57,10 +78,55 @@ async def update_running_plan(
     return result
 
 
-async def _carried_state(client: Client, plan_id: str) -> PlanInput:
+def check_changes(
+    changes: Mapping[str, object] | None, catalog: AgentCatalog
+) -> dict[str, SubtaskChanges]:
+    """``changes`` as ``SubtaskChanges`` (data is read as one), or ``InvalidArgument`` in
+    one line naming every problem that does not depend on the plan: an unknown field, an
+    empty description, an agent ``catalog`` does not have, a model that cannot be one."""
+    checked: dict[str, SubtaskChanges] = {}
+    problems: list[str] = []
+    for subtask, value in (changes or {}).items():
+        if isinstance(value, SubtaskChanges):
+            change = value
+        elif isinstance(value, Mapping):
+            try:
+                change = SubtaskChanges.from_fields(value)
+            except OperatorError as err:
+                problems.append(f"subtask {subtask!r}: {err}")
+                continue
+        else:
+            problems.append(
+                f"subtask {subtask!r}: changes must be a SubtaskChanges, got {describe(value)}"
+            )
+            continue
+        problems += change_problems(subtask, change, catalog.names())
+        checked[subtask] = change
+    if problems:
+        raise InvalidArgument("; ".join(problems))
+    return checked
+
+
+async def plan_edits(client: Client, plan_id: str) -> list[SubtaskEdit]:
+    """Who changed which subtask fields in edits and re-runs of the plan, oldest first,
+    from its memo (no worker needed); empty for a plan never edited."""
+    return await _edits_of(await describe_plan(client, plan_id))
+
+
+async def _edits_of(description: WorkflowExecutionDescription) -> list[SubtaskEdit]:
+    try:
+        raw: Any = await description.memo_value(EDITS_MEMO, None)
+        return [SubtaskEdit.model_validate(item) for item in raw or ()]
+    except Exception:  # undecodable here (another codec or version): nothing to show
+        return []
+
+
+async def _carried_state(
+    client: Client, plan_id: str, description: WorkflowExecutionDescription
+) -> PlanInput:
     """What the plan's last run reached; the plan must have ended. The query replays the
     closed run on a worker, so one must be polling the task queue."""
-    if await _status(client, plan_id) == WorkflowExecutionStatus.RUNNING:
+    if description.status == WorkflowExecutionStatus.RUNNING:
         raise Refused(
             f"plan '{plan_id}' is still running: a paused subtask is resumed "
             f"(dplan resume {plan_id} SUBTASK); cancel the plan first to retry it whole"
@@ -69,15 +135,46 @@ async def _carried_state(client: Client, plan_id: str) -> PlanInput:
 
 
 async def start_retry(
-    client: Client, plan_id: str, task_queue: str, also: Iterable[str] = ()
+    client: Client,
+    plan_id: str,
+    task_queue: str,
+    also: Iterable[str] = (),
+    *,
+    changes: Mapping[str, SubtaskChanges] | None = None,
+    catalog: AgentCatalog | None = None,
+    by: str = "",
 ) -> tuple[PlanInput, list[str]]:
-    """Start the new run; returns its input and the subtasks that run again."""
-    state = await _carried_state(client, plan_id)
+    """Start the new run; returns its input and the subtasks that run again.
+
+    ``changes`` (checked by ``check_changes``) edit subtasks first; an agent they bring in
+    comes from ``catalog``, and the edit is recorded under ``by``'s name."""
+    description = await describe_plan(client, plan_id)
+    state = await _carried_state(client, plan_id, description)
     try:
-        new_input, rerun = retry_input(state, also)
+        new_input, rerun = retry_input(state, also, changes)
     except OperatorError as err:
         raise Refused(str(err)) from err
+    edits = await _edits_of(description)
+    if changes:
+        try:
+            new_input = with_agents_of(new_input, catalog or BUILTIN_CATALOG)
+        except KeyError as err:  # an agent check_changes was not asked about
+            raise InvalidArgument(str(err)) from None
+        fixed = AgentCatalog(agents=new_input.agents) if new_input.agents else BUILTIN_CATALOG
+        problems = validate_plan(new_input.plan, known_agents=fixed.names())
+        if problems:
+            raise InvalidArgument(f"the edited plan {plan_id!r} is invalid", problems)
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        edits += [
+            SubtaskEdit(subtask=sid, fields=change.fields, by=by, at=at)
+            for sid, change in changes.items()
+        ]
     goal = new_input.plan.goal
+    summary = f"retry: {scrub_secrets(goal)[:100]}" if goal else None
+    if changes:
+        summary = f"edit and re-run ({', '.join(changes)[:60]}) by {by[:40]}" + (
+            f": {scrub_secrets(goal)[:60]}" if goal else ""
+        )
     await client.start_workflow(
         PLAN_WORKFLOW,
         new_input,
@@ -86,6 +183,11 @@ async def start_retry(
         result_type=PlanReport,
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        static_summary=f"retry: {scrub_secrets(goal)[:100]}" if goal else None,
+        static_summary=summary,
+        memo=(
+            {EDITS_MEMO: [e.model_dump(mode="json") for e in edits[-MAX_KEPT_EDITS:]]}
+            if edits
+            else None
+        ),
     )
     return new_input, rerun

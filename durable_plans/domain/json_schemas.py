@@ -29,6 +29,7 @@ from durable_plans.domain.plan_loader import (
     MAX_DEPENDENCIES,
     MAX_DESCRIPTION_CHARS,
     MAX_GOAL_CHARS,
+    MAX_MODEL_CHARS,
     MAX_PARALLEL,
     MAX_SUBTASKS,
     MIN_PARALLEL,
@@ -72,6 +73,19 @@ def _with_plan_rules(plan: dict[str, Any], subtask: dict[str, Any]) -> None:
         "from the worker's agents file."
     )
     sub["depends_on"].update(maxItems=MAX_DEPENDENCIES, uniqueItems=True)
+    sub["model"] = {
+        "anyOf": [
+            {"type": "string", "minLength": 1, "maxLength": MAX_MODEL_CHARS, "pattern": r"^\S+$"},
+            {"type": "null"},
+        ],
+        "default": None,
+        "title": "Model",
+        "description": (
+            "A litellm model name (e.g. openai/gpt-4o-mini) for this subtask alone; "
+            "absent or null: its agent's model (the worker's DPLAN_MODEL if the agent "
+            "names none)."
+        ),
+    }
     sub["depends_on"]["items"]["pattern"] = _ID_REGEX
 
 

@@ -194,6 +194,9 @@ class Subtask(_Frozen):
     agent: str = "coder"
     depends_on: tuple[str, ...] = ()
     on_failure: OnFailure | None = None  # None: the plan's
+    # A litellm model name for this subtask alone (``dplan retry --set model=...``, or
+    # written in the plan); None: its agent's model (the worker's DPLAN_MODEL if none).
+    model: str | None = None
 
 
 class Plan(_Frozen):

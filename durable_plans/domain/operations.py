@@ -11,25 +11,38 @@ Pure and passed through the workflow sandbox.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
 
+from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Budget, Plan, SubtaskResult, SubtaskStatus
+from durable_plans.domain.plan_loader import MAX_DESCRIPTION_CHARS, model_problem
+from durable_plans.domain.problems import describe, lone_surrogate, unknown_field, unknown_name
 from durable_plans.domain.scheduling import transitive_dependents
+from durable_plans.domain.text_formats import quote
 
 __all__ = [
     "CARRIED_STATE_QUERY",
+    "CHANGEABLE_FIELDS",
+    "EDITS_MEMO",
+    "MAX_KEPT_EDITS",
     "RAISE_BUDGET_UPDATE",
     "RESUME_UPDATE",
     "SKIP_UPDATE",
     "BudgetRequest",
     "OperatorError",
+    "SubtaskChanges",
+    "SubtaskEdit",
     "SubtaskRequest",
+    "change_problems",
+    "edited_plan",
     "merged_budget",
     "paused_problem",
     "retry_input",
+    "with_agents_of",
 ]
 
 RESUME_UPDATE = "resume_subtask"
@@ -65,6 +78,142 @@ class BudgetRequest(_Request):
     max_cost_usd: NonNegativeFloat | None = None
 
 
+# ``dplan retry --subtask ID --set field=value``: what an edit and re-run may change.
+CHANGEABLE_FIELDS: Final = ("description", "agent", "model")
+# The memo key of a plan's edits (``SubtaskEdit``s, oldest first): set by the client when
+# it starts an edited run and carried to every later retry, so the latest run says what
+# was changed and by whom without a worker (memos are part of the run's history too).
+EDITS_MEMO = "edits"
+MAX_KEPT_EDITS: Final = 50  # the memo stays small; older edits stay in older runs' memos
+
+
+class SubtaskChanges(BaseModel):
+    """What an edit and re-run changes in one subtask: a field left None keeps its value.
+
+    The subtask runs again with its dependents (whether it had completed or failed); every
+    other completed subtask is reused. ``model`` is a litellm model name for this subtask
+    alone (its agent's model otherwise)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    description: str | None = None
+    agent: str | None = None
+    model: str | None = None
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The fields it changes, in ``CHANGEABLE_FIELDS`` order."""
+        return tuple(name for name in CHANGEABLE_FIELDS if getattr(self, name) is not None)
+
+    @classmethod
+    def from_fields(cls, values: Mapping[object, object]) -> SubtaskChanges:
+        """From data (a form, JSON): ``OperatorError`` naming an unknown field or a value
+        that is not a string, instead of pydantic's report."""
+        for key, value in values.items():
+            if key not in CHANGEABLE_FIELDS:
+                raise OperatorError(
+                    unknown_field(key, CHANGEABLE_FIELDS, listing="fields: " + _FIELD_LIST)
+                )
+            if value is not None and not isinstance(value, str):
+                raise OperatorError(f"{key}: must be a string, got {describe(value)}")
+        return cls.model_validate(dict(values))
+
+    @classmethod
+    def parse(cls, assignments: Iterable[str]) -> SubtaskChanges:
+        """From ``field=value`` words (``--set``); ``OperatorError`` naming a word that is
+        not one, an unknown field, or a field set twice."""
+        values: dict[object, object] = {}
+        for word in assignments:
+            name, eq, value = word.partition("=")
+            if not eq or not name.strip():
+                raise OperatorError(f"--set takes field=value ({_FIELD_LIST}), not {quote(word)}")
+            name = name.strip()
+            if name in values:
+                raise OperatorError(f"--set {name}=... is given twice")
+            values[name] = value
+        return cls.from_fields(values)
+
+
+_FIELD_LIST = ", ".join(CHANGEABLE_FIELDS)
+
+
+class SubtaskEdit(BaseModel):
+    """The record of one edit and re-run of one subtask: which fields, by whom, when."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    subtask: str
+    fields: tuple[str, ...]
+    by: str = ""
+    at: str = ""  # when the edited run was started (ISO 8601, UTC)
+
+
+def change_problems(
+    subtask: str, changes: SubtaskChanges, known_agents: Collection[str]
+) -> list[str]:
+    """Why ``changes`` cannot be made to ``subtask`` whatever the plan (empty when they
+    can): one line each, naming the subtask."""
+    out: list[str] = []
+    if not changes.fields:
+        out.append(f"names no change (set {_FIELD_LIST})")
+    description = changes.description
+    if description is not None:
+        if not description.strip():
+            out.append("description is empty")
+        elif len(description) > MAX_DESCRIPTION_CHARS:
+            out.append(
+                f"description is too long ({len(description)} characters, "
+                f"limit {MAX_DESCRIPTION_CHARS})"
+            )
+        elif why := lone_surrogate(description):
+            out.append(f"description {why}")
+    if changes.agent is not None and changes.agent not in known_agents:
+        out.append(unknown_name("agent", changes.agent, sorted(known_agents)))
+    if changes.model is not None and (why := model_problem(changes.model)):
+        out.append(why)
+    return [f"subtask {subtask!r}: {line}" for line in out]
+
+
+def _unknown_subtasks(plan: Plan, named: Iterable[str]) -> None:
+    known = {s.id for s in plan.subtasks}
+    unknown = [sid for sid in named if sid not in known]
+    if unknown:
+        listed = ", ".join(s.id for s in plan.subtasks[:20])
+        raise OperatorError(
+            f"plan {plan.id!r} has no subtask {', '.join(map(repr, unknown))} "
+            f"(its subtasks: {listed})"
+        )
+
+
+def edited_plan(plan: Plan, changes: Mapping[str, SubtaskChanges]) -> Plan:
+    """``plan`` with ``changes`` made to its subtasks; ``OperatorError`` naming a subtask
+    it does not have."""
+    _unknown_subtasks(plan, changes)
+    return plan.model_copy(
+        update={
+            "subtasks": tuple(
+                s.model_copy(update={f: getattr(changes[s.id], f) for f in changes[s.id].fields})
+                if s.id in changes
+                else s
+                for s in plan.subtasks
+            )
+        }
+    )
+
+
+def with_agents_of(state: PlanInput, catalog: AgentCatalog) -> PlanInput:
+    """``state`` whose agents include every one its plan names: the agents a plan runs
+    with were fixed when it started, so an agent an edit brings in is added from
+    ``catalog`` (the fixed ones are kept as they were)."""
+    fixed = AgentCatalog(agents=state.agents) if state.agents else BUILTIN_CATALOG
+    missing = dict.fromkeys(s.agent for s in state.plan.subtasks if s.agent not in fixed)
+    if not missing:
+        return state
+    return state.model_copy(
+        update={"agents": fixed.agents + tuple(catalog.get(name) for name in missing)}
+    )
+
+
 def paused_problem(plan: Plan, results: Mapping[str, SubtaskResult], subtask: str) -> str | None:
     """Why ``subtask`` cannot be resumed or skipped now; None when it can."""
     try:
@@ -92,23 +241,26 @@ def merged_budget(current: Budget | None, request: BudgetRequest) -> Budget:
     )
 
 
-def retry_input(state: PlanInput, also: Iterable[str] = ()) -> tuple[PlanInput, list[str]]:
+def retry_input(
+    state: PlanInput,
+    also: Iterable[str] = (),
+    changes: Mapping[str, SubtaskChanges] | None = None,
+) -> tuple[PlanInput, list[str]]:
     """The input of a new run that re-runs what did not complete (and ``also``, with their
     dependents) and keeps every other completed subtask's result, branch and usage.
+
+    ``changes`` edits subtasks first (``edited_plan``); an edited subtask runs again with
+    its dependents, as if named in ``also``.
 
     Returns the input and the ids it re-runs, in plan order. What a re-run subtask spent
     before goes into ``prior``, so the new run's report counts every attempt.
     """
+    if changes:
+        state = state.model_copy(update={"plan": edited_plan(state.plan, changes)})
+        also = [*also, *changes]
     plan = state.plan
-    known = {s.id for s in plan.subtasks}
     named = list(dict.fromkeys(also))
-    unknown = [sid for sid in named if sid not in known]
-    if unknown:
-        listed = ", ".join(s.id for s in plan.subtasks[:20])
-        raise OperatorError(
-            f"plan {plan.id!r} has no subtask {', '.join(map(repr, unknown))} "
-            f"(its subtasks: {listed})"
-        )
+    _unknown_subtasks(plan, named)
     results = {r.id: r for r in state.results}
     rerun: set[str] = {
         s.id

@@ -56,6 +56,9 @@ MAX_SUBTASKS: Final = 2000
 MAX_DESCRIPTION_CHARS: Final = 20_000
 MAX_GOAL_CHARS: Final = 20_000
 MAX_DEPENDENCIES: Final = 200
+# A litellm model name ("provider/model"): one word, and no longer than any real one.
+MAX_MODEL_CHARS: Final = 200
+MODEL_PATTERN: Final = re.compile(r"\S+")
 MIN_PARALLEL: Final = 1
 MAX_PARALLEL: Final = 500
 # Past this, more cycle lines would only bury the first ones.
@@ -184,6 +187,7 @@ class _SubtaskFacts:
     description: str | None
     agent: str | None
     depends_on: tuple[str, ...] | None
+    model: str | None = None
 
 
 def plan_from_data(
@@ -261,7 +265,7 @@ def validate_plan(plan: Plan, *, known_agents: Collection[str] = BUILTIN_AGENTS)
         notify=plan.notify,
     )
     subtask_facts = [
-        _SubtaskFacts(i, s.id, s.description, s.agent, tuple(s.depends_on))
+        _SubtaskFacts(i, s.id, s.description, s.agent, tuple(s.depends_on), s.model)
         for i, s in enumerate(plan.subtasks)
     ]
     return _ordered(_semantic_problems(plan_facts, subtask_facts, known_agents))
@@ -280,6 +284,7 @@ def _subtask_facts(position: int, values: Mapping[str, Any]) -> _SubtaskFacts:
         description=values.get("description"),
         agent=values.get("agent"),
         depends_on=values.get("depends_on"),
+        model=values.get("model"),
     )
 
 
@@ -363,7 +368,23 @@ def _subtask_problems(s: _SubtaskFacts, known_agents: Collection[str]) -> list[s
             out.append(f"description {why}")
     if s.agent is not None and s.agent not in known_agents:
         out.append(unknown_name("agent", s.agent, sorted(known_agents)))
+    if s.model is not None and (why := model_problem(s.model)):
+        out.append(why)
     return out
+
+
+def model_problem(model: str) -> str | None:
+    """Why ``model`` cannot name a subtask's model (None when it can): a litellm model
+    name is one word, such as ``openai/gpt-4o-mini``."""
+    if not model.strip():
+        return "model is empty (leave it out to use the agent's model)"
+    if len(model) > MAX_MODEL_CHARS:
+        return f"model is too long ({len(model)} characters, limit {MAX_MODEL_CHARS})"
+    if MODEL_PATTERN.fullmatch(model) is None:
+        return f"model {quote(model)} has whitespace (a model name is one word, e.g. openai/gpt-4o)"
+    if why := lone_surrogate(model):
+        return f"model {why}"
+    return None
 
 
 class _Suggester:

@@ -75,6 +75,8 @@ class SubtaskWorkflow(ApprovalHandlers):
         sub = inp.subtask
         catalog = AgentCatalog(agents=inp.agents) if inp.agents else BUILTIN_CATALOG
         spec = catalog.get(sub.agent)
+        if sub.model is not None:  # this subtask's own model (an edit and re-run's)
+            spec = spec.model_copy(update={"model": sub.model})
         root = inp.root_session_id or inp.base_session_id
         # A retried or resumed attempt works on a branch of its own, from the base.
         key = attempt_key(sub.id, inp.retries)
