@@ -471,8 +471,10 @@ def _add_retry_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
             "Start a new run of a finished plan (same id) that re-runs its failed, skipped "
             "and cancelled subtasks and reuses every completed one's result, branch and "
             "usage (no LLM call for them). --subtask also re-runs a completed subtask and "
-            "its dependents. A worker must be polling: the last run's state is read by "
-            "replaying it. Exit 0 completed, 1 refused, failed or Temporal unusable."
+            "its dependents; with --set (edit and re-run) it runs with a changed "
+            "description, agent or model, recorded in the plan's memo under --by's name. "
+            "A worker must be polling: the last run's state is read by replaying it. "
+            "Exit 0 completed, 1 refused, failed or Temporal unusable, 2 invalid arguments."
         ),
     )
     parser.add_argument("plan_id", metavar="PLAN", help="the plan (workflow) id")
@@ -483,6 +485,18 @@ def _add_retry_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         metavar="ID",
         help="also re-run this completed subtask and its dependents (repeatable)",
     )
+    parser.add_argument(
+        "--set",
+        dest="changes",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help=(
+            "edit and re-run: change a field (description, agent or model) of each "
+            "--subtask given, before it runs again (repeatable)"
+        ),
+    )
+    add_operator_option(parser)
     _add_embedded_option(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--no-wait", action="store_true", help="start it and return")
@@ -495,6 +509,8 @@ def cmd_retry(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     return retry_command(
         args.plan_id,
         subtasks=args.subtask,
+        changes=args.changes,
+        operator=args.operator,
         embedded=args.embedded,
         json_output=args.json,
         no_wait=args.no_wait,

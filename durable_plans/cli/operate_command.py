@@ -1,6 +1,7 @@
 """``dplan retry``, ``resume``, ``skip``, ``budget`` and ``cancel``: an operator steps in.
 
-Each is one call of ``Client``; this module only prints what it returned. Exit codes: 0
+Each is one call of ``Client``; this module only prints what it returned (and reads
+``retry --set``'s words into the client's ``SubtaskChanges`` before connecting). Exit codes: 0
 done (retry: the plan completed), 1 the request was refused (nothing changed), Temporal
 could not be used or the retried plan failed, 2 the arguments are invalid.
 """
@@ -10,13 +11,22 @@ from __future__ import annotations
 import contextlib
 
 from durable_plans.activities.log import ensure_logging
-from durable_plans.cli._common import Exit, err, read_settings, reported
+from durable_plans.cli._common import Exit, Usage, err, read_settings, reported
 from durable_plans.cli.run_command import follow_to_report, open_connection
 from durable_plans.client import Client, InvalidArgument
+from durable_plans.client._client import agents_of
+from durable_plans.client._operate import check_changes
 from durable_plans.client._plans import web_url
+from durable_plans.domain.operations import OperatorError, SubtaskChanges
 from durable_plans.settings import Settings
 
-__all__ = ["budget_command", "cancel_command", "retry_command", "subtask_command"]
+__all__ = [
+    "budget_command",
+    "cancel_command",
+    "retry_changes",
+    "retry_command",
+    "subtask_command",
+]
 
 
 async def subtask_command(
@@ -87,29 +97,55 @@ async def cancel_command(plan_id: str, *, settings: Settings | None = None) -> i
     return await reported(body())
 
 
+def retry_changes(
+    subtasks: list[str], assignments: list[str], settings: Settings
+) -> dict[str, SubtaskChanges]:
+    """``--set field=value`` for every ``--subtask``, checked before anything connects:
+    ``Usage`` (one line, exit 2) for a word that is not field=value or names an unknown
+    field, ``InvalidArgument`` (exit 2) for a value that cannot be right (an empty
+    description, an agent the agents file and the built-ins lack, a bad model)."""
+    if not assignments:
+        return {}
+    if not subtasks:
+        raise Usage("error: --set changes a subtask: name it with --subtask ID")
+    try:
+        change = SubtaskChanges.parse(assignments)
+    except OperatorError as error:
+        raise Usage(f"error: {error}") from None
+    return check_changes(dict.fromkeys(subtasks, change), agents_of(settings))
+
+
 async def retry_command(
     plan_id: str,
     *,
     subtasks: list[str],
+    changes: list[str] | None = None,
+    operator: str | None = None,
     embedded: bool,
     json_output: bool,
     no_wait: bool,
     settings: Settings | None = None,
 ) -> int:
-    """``dplan retry PLAN [--subtask ID ...]``: a new run keeping what completed."""
+    """``dplan retry PLAN [--subtask ID ...] [--set FIELD=VALUE ...]``: a new run keeping
+    what completed; with ``--set``, the named subtasks run again changed (edit and re-run)."""
     ensure_logging(json=False, level="WARNING")
 
     async def body() -> int:
+        resolved = read_settings(settings)
+        edits = retry_changes(subtasks, changes or [], resolved)
         async with contextlib.AsyncExitStack() as stack:
             conn = await open_connection(
                 stack,
-                read_settings(settings),
+                resolved,
                 embedded=embedded,
                 no_wait=no_wait,
                 waiting="the retry waits",
+                operator=operator,
             )
-            rerun = await conn.plans.retry(plan_id, subtasks)
+            rerun = await conn.plans.retry(plan_id, subtasks, changes=edits or None)
             err(f"retrying plan '{plan_id}': {', '.join(rerun)} (the rest is kept)")
+            for sid, change in edits.items():
+                err(f"  {sid}: {', '.join(change.fields)} changed by {conn.plans.operator}")
             if no_wait:
                 print(plan_id)
                 return Exit.OK

@@ -169,6 +169,7 @@ async def open_connection(
     embedded: bool,
     no_wait: bool = False,
     waiting: str = "the plan waits",
+    operator: str | None = None,
 ) -> Connection:
     """Connect, hosting the server and/or worker in this process when embedded needs it.
 
@@ -190,7 +191,7 @@ async def open_connection(
                 f"started a Temporal dev server at {server.address} "
                 f"(Web UI {server.ui_url}, state in {server.db_path})"
             )
-    plans = Client(await connect(settings), settings)
+    plans = Client(await connect(settings, identity=operator), settings, operator=operator)
 
     workers = await worker_count(plans.temporal, settings.task_queue)
     if workers:
