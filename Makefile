@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo example-fix test lint typecheck unit bench bench-short clean chromium
+.PHONY: install demo example-fix test lint typecheck unit bench bench-short clean chromium ui-vendor
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -77,6 +77,30 @@ bench: $(BENCH_STAMP)
 
 bench-short: $(STAMP)
 	$(BIN)/python -m bench --short
+
+# `dplan ui` draws the DAG with @dagrejs/dagre, vendored (nothing is fetched at run or test
+# time). This refreshes it from the npm registry: the pinned version's tarball, checked
+# against its pinned integrity (npm's sha512), unpacked in a temp dir; the browser build,
+# its licence and a VERSION file are copied into durable_plans/ui/static/vendor/.
+# Changing the version means changing both pins (`npm view @dagrejs/dagre@X dist.integrity`).
+DAGRE_VERSION   := 3.1.3
+DAGRE_INTEGRITY := sha512-X4aUTwOReZvthaZWOVHqlJ52/ZdhZFEM4+Lh/uR4XooUSLE6p71bcy7MPGzYnNUcNh+nj+i/qJQpCMIdQnSmrg==
+UI_VENDOR       := durable_plans/ui/static/vendor
+
+ui-vendor:
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	( cd "$$tmp" && npm pack --silent "@dagrejs/dagre@$(DAGRE_VERSION)" >/dev/null ); \
+	tgz="$$tmp/dagrejs-dagre-$(DAGRE_VERSION).tgz"; \
+	got="sha512-$$(python3 -c 'import base64,hashlib,sys; print(base64.b64encode(hashlib.sha512(open(sys.argv[1],"rb").read()).digest()).decode())' "$$tgz")"; \
+	if [ "$$got" != "$(DAGRE_INTEGRITY)" ]; then echo "integrity mismatch for @dagrejs/dagre@$(DAGRE_VERSION): $$got"; exit 1; fi; \
+	tar -xzf "$$tgz" -C "$$tmp"; \
+	mkdir -p $(UI_VENDOR); \
+	cp "$$tmp/package/dist/dagre.min.js" $(UI_VENDOR)/dagre.min.js; \
+	cp "$$tmp/package/LICENSE" $(UI_VENDOR)/dagre.LICENSE.txt; \
+	printf '%s\n' "@dagrejs/dagre $(DAGRE_VERSION) (dist/dagre.min.js, bundles @dagrejs/graphlib; MIT)" \
+		"from https://registry.npmjs.org/@dagrejs/dagre/-/dagre-$(DAGRE_VERSION).tgz" \
+		"integrity $(DAGRE_INTEGRITY)" "refresh: make ui-vendor" > $(UI_VENDOR)/VERSION.txt; \
+	echo "vendored @dagrejs/dagre $(DAGRE_VERSION) into $(UI_VENDOR)"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache

@@ -231,6 +231,9 @@ class Settings:
     otlp_endpoint: str | None = None
     """``OTEL_EXPORTER_OTLP_ENDPOINT``: when set, the worker traces plans with OpenTelemetry
     and exports the spans there over OTLP/HTTP (``durable_plans/telemetry.py``)."""
+    ui_token: str | None = field(default=None, repr=False)
+    """The token ``dplan ui`` requires on a non-local address (``DPLAN_UI_TOKEN``); None:
+    it listens on loopback only."""
     payload_keys: PayloadKeyring | None = None
     """Payload encryption keys (``DPLAN_PAYLOAD_KEY``, ``_KEY_FILE``, ``_KEYS``; see
     ``payload_codec.py``); None: payloads are stored as plain JSON. The plugin turns them
@@ -309,4 +312,5 @@ class Settings:
             metrics_port=_port(e, "DPLAN_METRICS_PORT"),
             otlp_endpoint=_opt(e, "OTEL_EXPORTER_OTLP_ENDPOINT"),
             payload_keys=_payload_keys(e),
+            ui_token=_opt(e, "DPLAN_UI_TOKEN"),
         )

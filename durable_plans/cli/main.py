@@ -366,6 +366,53 @@ def cmd_codec_server(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     return reported(body())
 
 
+# --------------------------------------------------------------------------- ui
+# The plan page: the DAG, each agent's work and the operator's controls (durable_plans/ui).
+
+
+def _add_ui_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "ui",
+        help="serve the plan page: the DAG, conversations, approvals and controls",
+        description=(
+            "Serve a local web page of the plans (list, DAG, timeline, each subtask's "
+            "conversation and diff) with the operator's controls (approve, reject, retry, "
+            "edit and re-run, resume, skip, budget, cancel), done through the same client "
+            "as the CLI. Listens on 127.0.0.1; any other address needs --token (or "
+            "DPLAN_UI_TOKEN) and TLS in front. Exit 0 stopped, 1 Temporal unreachable or "
+            "the port taken, 2 a non-local address without a token."
+        ),
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8300, help="port to listen on (0: any)")
+    parser.add_argument(
+        "--token",
+        default=None,
+        metavar="TOKEN",
+        help="required on a non-local --host (default DPLAN_UI_TOKEN)",
+    )
+    parser.add_argument(
+        "--temporal-ui",
+        default=None,
+        metavar="URL",
+        help="Temporal Web for the links (default TEMPORAL_UI_URL, else gRPC port + 1000)",
+    )
+    add_operator_option(parser)
+    parser.set_defaults(handler=cmd_ui)
+
+
+def cmd_ui(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
+    from durable_plans.cli.ui_command import ui_command
+
+    return ui_command(
+        host=args.host,
+        port=args.port,
+        token=args.token,
+        operator=args.operator,
+        temporal_ui=args.temporal_ui,
+    )
+
+
 # --------------------------------------------------------------------------- list, setup
 # Finding plans in Temporal visibility, by the Dplan* search attributes when registered.
 
@@ -609,6 +656,7 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     _add_budget_parser,
     _add_cancel_parser,
     add_approval_parsers,
+    _add_ui_parser,
 )
 
 

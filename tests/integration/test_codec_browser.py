@@ -12,17 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-import itertools
 import json
-import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
@@ -33,90 +27,13 @@ from durable_plans.embedded import free_port
 from durable_plans.payload_codec import ENCODING, PayloadKeyring
 from durable_plans.plugin import DurablePlansPlugin, client_carrying
 from durable_plans.settings import Settings
+from tests.browser import CHROMIUM, headless_chromium
 from tests.integration.conftest import temporal_binary
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-dev-shm-usage",
-    "--window-size=1400,1800",
-)
 KEY = ("ui-test", bytes(range(7, 39)))
 PAGE_TIMEOUT_S = 45.0
-
-
-class Cdp:
-    """The few Chrome DevTools Protocol calls this test needs, over one page websocket."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self.ws = ws
-        self._ids = itertools.count(1)
-
-    async def call(self, method: str, **params: Any) -> dict[str, Any]:
-        call_id = next(self._ids)
-        await self.ws.send_json({"id": call_id, "method": method, "params": params})
-        while True:
-            message = await asyncio.wait_for(self.ws.receive_json(), timeout=20)
-            if message.get("id") == call_id:
-                if "error" in message:
-                    raise RuntimeError(f"CDP {method}: {message['error']}")
-                result: dict[str, Any] = message.get("result", {})
-                return result
-
-    async def evaluate(self, expression: str) -> Any:
-        result = await self.call("Runtime.evaluate", expression=expression, returnByValue=True)
-        return result.get("result", {}).get("value")
-
-
-async def _devtools_port(profile: Path, process: asyncio.subprocess.Process) -> int:
-    """Chromium writes the port it chose (``--remote-debugging-port=0``) to a file."""
-    marker = profile / "DevToolsActivePort"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if process.returncode is not None:
-            raise RuntimeError(f"chromium exited with {process.returncode}")
-        if marker.exists() and marker.read_text().strip():
-            return int(marker.read_text().splitlines()[0])
-        await asyncio.sleep(0.05)
-    raise TimeoutError("chromium did not open its DevTools port within 20s")
-
-
-@contextlib.asynccontextmanager
-async def headless_chromium(tmp_path: Path) -> AsyncIterator[Cdp]:
-    assert CHROMIUM is not None
-    profile = tmp_path / "chromium-profile"
-    profile.mkdir()
-    process = await asyncio.create_subprocess_exec(
-        CHROMIUM,
-        *CHROMIUM_FLAGS,
-        f"--user-data-dir={profile}",
-        "--remote-debugging-port=0",
-        "about:blank",
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=(tmp_path / "chromium.log").open("wb"),
-    )
-    try:
-        port = await _devtools_port(profile, process)
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://127.0.0.1:{port}/json/list") as resp:
-                targets = await resp.json()
-            page = next(t for t in targets if t.get("type") == "page")
-            async with http.ws_connect(
-                page["webSocketDebuggerUrl"], max_msg_size=64 * 1024 * 1024
-            ) as ws:
-                yield Cdp(ws)
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
 
 
 @pytest.mark.skipif(

@@ -1,0 +1,107 @@
+"""A subtask's conversation, read from the session store the workers write.
+
+The store is opened as the CLI opens it (``DPLAN_SESSION_STORE``, through
+``open_session_store``), lazily and once: a UI that cannot reach the store still draws
+plans, and the panel says why the conversation is missing. Every text leaves here with
+its secrets scrubbed (``domain/secrets.py``), whatever the workers already did.
+
+A finished subtask names its session in the report; a running one does not yet, so its
+branch is derived the way the plan names it (``domain/ids.py``: base session, plan run,
+attempt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from durable_plans._errors import DurablePlansError
+from durable_plans.domain.ids import attempt_key, branch_session_id, plan_run_id, plan_session_id
+from durable_plans.domain.models import Message, Plan, SubtaskResult
+from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.session_store import SessionNotFound, SessionStore, SessionStoreError
+from durable_plans.session_store.factory import describe_store_target, open_session_store
+
+__all__ = ["Conversations", "message_json", "running_session_id"]
+
+MAX_TEXT_CHARS = 20_000
+
+
+def _text(value: str | None) -> str | None:
+    if value is None:
+        return None
+    text = scrub_secrets(value)
+    if len(text) > MAX_TEXT_CHARS:
+        return f"{text[:MAX_TEXT_CHARS]}\n… ({len(text) - MAX_TEXT_CHARS} more characters)"
+    return text
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "role": message.role,
+        "content": _text(message.content),
+        "tool_calls": [
+            {
+                "id": call.id,
+                "name": call.function.name,
+                "arguments": _text(call.function.arguments),
+            }
+            for call in message.tool_calls or ()
+        ],
+        "tool_call_id": message.tool_call_id,
+        "name": message.name,
+        "usage": (
+            {
+                "prompt_tokens": message.usage.prompt_tokens,
+                "completion_tokens": message.usage.completion_tokens,
+                "cost_usd": message.usage.cost_usd,
+            }
+            if message.usage is not None
+            else None
+        ),
+    }
+
+
+def running_session_id(plan: Plan, first_run_id: str, result: SubtaskResult) -> str:
+    """The branch a subtask works on before the report names it."""
+    return branch_session_id(
+        plan_session_id(plan.id, plan.session_id),
+        plan_run_id(plan.id, first_run_id),
+        attempt_key(result.id, result.retries),
+    )
+
+
+class Conversations:
+    """The session store of ``target``, opened on first use."""
+
+    def __init__(self, target: str) -> None:
+        self._target = target
+        self._store: SessionStore | None = None
+        self._lock = asyncio.Lock()
+
+    async def _opened(self) -> SessionStore:
+        async with self._lock:
+            if self._store is None:
+                self._store = await open_session_store(self._target)
+            return self._store
+
+    async def messages(self, session_id: str) -> dict[str, Any]:
+        """``{"session_id", "messages"}`` or ``{"session_id", "unavailable": why}``."""
+        try:
+            store = await self._opened()
+            messages = await store.read(session_id)
+        except SessionNotFound:
+            return {
+                "session_id": session_id,
+                "unavailable": f"no conversation {session_id!r} in the session store "
+                f"({describe_store_target(self._target)}) yet",
+            }
+        except (SessionStoreError, DurablePlansError, OSError) as err:
+            return {"session_id": session_id, "unavailable": f"session store: {err}"}
+        return {"session_id": session_id, "messages": [message_json(m) for m in messages]}
+
+    async def close(self) -> None:
+        if self._store is not None:
+            await self._store.close()
+            self._store = None

@@ -1,0 +1,372 @@
+/* dplan ui: the API client, the router (#/ and #/plan/ID[/SUBTASK]), the plans list and
+ * the plan page (live through server-sent events). Controls are POSTs with a JSON body
+ * and the page's CSRF token; the server answers with the CLI's sentence. */
+"use strict";
+
+(function () {
+  const CSRF = document.querySelector('meta[name="dplan-csrf"]').content;
+
+  async function parse(res) {
+    let data = null;
+    try { data = await res.json(); } catch (_) { data = null; }
+    if (!res.ok) throw new Error((data && data.error) || `error: ${res.status} ${res.statusText}`);
+    return data;
+  }
+  const DplanApi = {
+    async get(path) { return parse(await fetch(path, { credentials: "same-origin" })); },
+    async post(path, body) {
+      return parse(await fetch(path, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-Dplan-CSRF": CSRF },
+        body: JSON.stringify(body || {}),
+      }));
+    },
+  };
+  window.DplanApi = DplanApi;
+  const G = window.DplanGraph;
+  const P = window.DplanPanel;
+  const $ = (id) => document.getElementById(id);
+
+  function flash(text, isError) {
+    const box = $("flash");
+    box.textContent = text;
+    box.className = isError ? "error" : "";
+    box.hidden = !text;
+  }
+
+  /* ---------------------------------------------------------------- plans list */
+
+  let listTimer = null;
+
+  async function showList() {
+    $("crumb").textContent = "plans";
+    const form = $("filters");
+    const params = new URLSearchParams();
+    for (const name of ["status", "query", "limit"]) {
+      const v = form.elements[name].value.trim();
+      if (v) params.set(name, v);
+    }
+    let rows;
+    try {
+      rows = await DplanApi.get("/api/plans?" + params.toString());
+    } catch (err) {
+      flash(err.message, true);
+      return;
+    }
+    flash("");
+    const body = document.querySelector("#plans tbody");
+    body.replaceChildren();
+    const now = Date.now();
+    for (const r of rows) {
+      const dur = r.duration_s !== null ? r.duration_s : (now - Date.parse(r.started)) / 1000;
+      const link = P.h("a", { href: "#/plan/" + encodeURIComponent(r.plan_id) }, r.plan_id);
+      const cells = [
+        link, P.badge(r.status), r.goal || "",
+        `${r.completed === null ? "–" : r.completed}/${r.total === null ? "?" : r.total}`,
+        r.tokens === null ? "–" : r.tokens.toLocaleString("en-US"),
+        r.cost_usd === null ? "–" : G.fmtCost(r.cost_usd),
+        new Date(r.started).toISOString().replace("T", " ").slice(0, 19),
+        G.fmtDuration(dur),
+      ];
+      const tr = P.h("tr", { data: { plan: r.plan_id } });
+      cells.forEach((c, i) => tr.append(P.h("td", { class: i >= 3 && i !== 6 ? "num" : "" }, c)));
+      body.append(tr);
+      if (r.paused) {
+        for (const [sid, why] of Object.entries(r.paused)) {
+          body.append(P.h("tr", {}, P.h("td", { colspan: "8", class: "note" }, `${r.plan_id}: ${sid} paused — ${why}`)));
+        }
+      }
+    }
+    $("plans-note").textContent = rows.length ? "" : "no plans found";
+  }
+
+  /* ---------------------------------------------------------------- a plan */
+
+  class PlanPage {
+    constructor(planId) {
+      this.planId = planId;
+      this.report = null;
+      this.plan = null;
+      this.liveText = new Map();
+      this.source = null;
+      this.selected = null;
+      this.viewName = "graph";
+      this.graph = new G.PlanGraph($("graph"), { onSelect: (id) => this.select(id) });
+      this.timelineDue = null;
+      this.approvalsDue = null;
+      this.closed = false;
+    }
+
+    async load() {
+      const t0 = performance.now();
+      const data = await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId));
+      const fetched = performance.now();
+      this.plan = data.plan;
+      this.graph.setPlan(data.plan.subtasks);
+      this.graph.setRuns(data.timeline.available ? data.timeline.runs : []);
+      this.timelineNote = data.timeline.available ? "" : data.timeline.reason;
+      if (data.report) this.setReport(data.report);
+      else flash(data.report_unavailable || "", true);
+      this.graph.render();
+      this.graph.fit();
+      const drawn = performance.now();
+      // Read by the benchmark and the tests: when the first picture was complete.
+      window.dplanFirstRender = { fetchMs: fetched - t0, renderMs: drawn - fetched, totalMs: drawn - t0,
+        layoutMs: this.graph.lastLayoutMs, nodes: document.querySelectorAll("#graph g.node").length };
+      document.body.dataset.rendered = "1";
+      this.paintHead();
+      this.connect();
+      this.refreshApprovals();
+    }
+
+    setReport(report) {
+      this.report = report;
+      for (const r of report.subtasks) this.graph.setResult(r);
+    }
+
+    paintHead() {
+      const p = this.plan;
+      const r = this.report;
+      $("crumb").textContent = "plan " + p.id;
+      $("plan-title").textContent = p.id;
+      $("plan-goal").textContent = p.goal;
+      $("plan-temporal").href = p.temporal_url;
+      const st = $("plan-status");
+      const status = r ? r.status : "unknown";
+      st.className = "badge s-" + status;
+      st.dataset.status = status;
+      st.textContent = `${G.icon(status)} ${status}`;
+      if (r) {
+        const c = r.counts;
+        const total = Object.values(c).reduce((a, b) => a + b, 0);
+        $("plan-totals").textContent =
+          `${c.completed}/${total} completed` + (c.failed ? ` · ${c.failed} failed` : "") +
+          (c.running ? ` · ${c.running} running` : "") + (c.paused ? ` · ${c.paused} paused` : "") +
+          ` · ${G.fmtTokens(r.usage.tokens)} · ${G.fmtCost(r.usage.cost_usd)} · ${G.fmtDuration(r.duration_s)}` +
+          ` · critical path ${this.graph.critical.nodes.size} subtasks`;
+      }
+      $("legend").textContent = "○ pending ▶ running ✓ completed ✗ failed ↷ skipped ⊘ cancelled ‖ paused · purple: critical path" +
+        (this.timelineNote ? " · timeline unavailable: " + this.timelineNote : "");
+      this.paintControls();
+    }
+
+    paintControls() {
+      const box = $("plan-controls");
+      box.replaceChildren();
+      const status = this.report ? this.report.status : null;
+      if (status === "running" || status === "paused") {
+        const tokens = P.h("input", { type: "number", min: "0", placeholder: "max tokens", name: "max_tokens" });
+        const cost = P.h("input", { type: "number", min: "0", step: "0.01", placeholder: "max $", name: "max_cost_usd" });
+        const num = (i) => (i.value.trim() === "" ? null : Number(i.value));
+        box.append(tokens, cost,
+          P.h("button", { type: "button", data: { action: "budget" }, onclick: () => this.act("budget", { max_tokens: num(tokens), max_cost_usd: num(cost) }) }, "raise budget"),
+          P.h("button", { type: "button", class: "danger", data: { action: "cancel" }, onclick: () => {
+            if (confirm(`Cancel plan ${this.planId}? Running subtasks are cancelled; what completed is kept.`)) this.act("cancel", {});
+          } }, "cancel plan"));
+      } else if (status && status !== "completed") {
+        box.append(P.h("button", { type: "button", class: "primary", data: { action: "retry" }, onclick: () => this.act("retry", {}) }, "retry what did not complete"));
+      }
+    }
+
+    connect() {
+      if (this.source) this.source.close();
+      const source = new EventSource("/api/plans/" + encodeURIComponent(this.planId) + "/events");
+      this.source = source;
+      source.onmessage = (ev) => this.onEvent(JSON.parse(ev.data));
+      source.onerror = () => {
+        // The stream ends with the plan (closed below); otherwise the browser retries.
+        if (this.closed) source.close();
+      };
+    }
+
+    onEvent(event) {
+      if (event.type === "subtask") {
+        this.graph.setResult(event.result);
+        this.soonTimeline();
+        this.soonApprovals();
+        this.refreshReport();
+        if (this.selected === event.result.id) this.soonPanel();
+      } else if (event.type === "text") {
+        this.liveText.set(event.subtask, event.text);
+        if (this.selected === event.subtask) this.paintLiveText();
+      } else if (event.type === "approval") {
+        this.refreshApprovals();
+      } else if (event.type === "ended") {
+        this.setReport(event.report);
+        this.closed = true;
+        if (this.source) this.source.close();
+        this.redraw();
+        this.refreshTimeline();
+        this.refreshApprovals();
+        this.paintHead();
+        if (this.selected) this.soonPanel();
+      } else if (event.type === "error") {
+        flash(event.error, true);
+      }
+    }
+
+    async refreshReport() {
+      if (this.reportBusy) return;
+      this.reportBusy = true;
+      try {
+        const data = await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId));
+        // The final report came with the stream's end: an answer read before it is older.
+        if (data.report && !this.closed) this.setReport(data.report);
+        this.graph.setRuns(data.timeline.available ? data.timeline.runs : []);
+        this.redraw();
+        this.paintHead();
+      } catch (_) { /* the next event tries again */ } finally { this.reportBusy = false; }
+    }
+
+    soonTimeline() {
+      if (this.timelineDue) return;
+      this.timelineDue = setTimeout(() => { this.timelineDue = null; this.refreshTimeline(); }, 700);
+      this.redraw();
+    }
+
+    async refreshTimeline() {
+      try {
+        const t = await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId) + "/timeline");
+        if (t.available) this.graph.setRuns(t.runs);
+      } catch (_) { /* shown on the next load */ }
+      this.redraw();
+    }
+
+    redraw() {
+      this.graph.render();
+      if (this.viewName === "timeline") this.graph.renderTimeline($("timeline"));
+    }
+
+    soonApprovals() {
+      if (this.approvalsDue) return;
+      this.approvalsDue = setTimeout(() => { this.approvalsDue = null; this.refreshApprovals(); }, 500);
+    }
+
+    async refreshApprovals() {
+      try {
+        const calls = this.report && (this.report.status === "running" || this.report.status === "paused")
+          ? await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId) + "/approvals") : [];
+        P.showApprovals(this, calls);
+      } catch (err) { P.showApprovals(this, []); }
+    }
+
+    soonPanel() {
+      clearTimeout(this.panelDue);
+      this.panelDue = setTimeout(() => { if (this.selected) P.showSubtask(this, this.selected); }, 300);
+    }
+
+    paintLiveText() {
+      const box = $("live-text");
+      if (!box) return;
+      const text = this.liveText.get(this.selected);
+      const r = this.graph.results.get(this.selected);
+      box.hidden = !(text && r && r.status === "running");
+      box.textContent = text || "";
+    }
+
+    select(id) {
+      this.selected = id;
+      this.graph.select(id);
+      const base = "#/plan/" + encodeURIComponent(this.planId);
+      history.replaceState(null, "", id ? base + "/" + encodeURIComponent(id) : base);
+      if (id) P.showSubtask(this, id);
+      else $("panel").hidden = true;
+    }
+
+    async act(action, body) {
+      flash("…");
+      try {
+        const answer = await DplanApi.post(`/api/do/${encodeURIComponent(this.planId)}/${action}`, body);
+        flash(answer.message || "done");
+        if (action === "retry") { this.closed = false; setTimeout(() => this.reload(), 300); }
+        this.refreshApprovals();
+        this.refreshReport();
+        if (this.selected) this.soonPanel();
+      } catch (err) {
+        flash(err.message, true);
+      }
+    }
+
+    async reload() {
+      const data = await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId));
+      this.plan = data.plan;
+      this.graph.setPlan(data.plan.subtasks);
+      if (data.report) this.setReport(data.report);
+      this.graph.setRuns(data.timeline.available ? data.timeline.runs : []);
+      this.graph.drawnKey = "";
+      this.redraw();
+      this.paintHead();
+      this.connect();
+    }
+
+    stop() {
+      this.closed = true;
+      if (this.source) this.source.close();
+    }
+  }
+
+  /* ---------------------------------------------------------------- wiring */
+
+  let page = null;
+
+  function setView(name) {
+    if (!page) return;
+    page.viewName = name;
+    document.querySelectorAll("#toolbar .tab").forEach((b) => b.classList.toggle("active", b.dataset.view === name));
+    $("graph").style.display = name === "graph" ? "" : "none";
+    $("timeline").hidden = name !== "timeline";
+    if (name === "timeline") page.graph.renderTimeline($("timeline"));
+  }
+
+  async function route() {
+    const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+    clearInterval(listTimer);
+    if (page) { page.stop(); page = null; }
+    if (parts[0] === "plan" && parts[1]) {
+      $("list-view").hidden = true;
+      $("plan-view").hidden = false;
+      $("panel").hidden = true;
+      page = new PlanPage(parts[1]);
+      window.dplanPage = page;
+      setView("graph");
+      try {
+        await page.load();
+        if (parts[2]) page.select(parts[2]);
+      } catch (err) {
+        flash(err.message, true);
+      }
+    } else {
+      $("plan-view").hidden = true;
+      $("list-view").hidden = false;
+      showList();
+      listTimer = setInterval(showList, 5000);
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", async () => {
+    $("filters").addEventListener("submit", (ev) => { ev.preventDefault(); showList(); });
+    document.querySelectorAll("#toolbar .tab").forEach((b) => b.addEventListener("click", () => setView(b.dataset.view)));
+    $("zoom-in").addEventListener("click", () => page && page.graph.zoom(1.25));
+    $("zoom-out").addEventListener("click", () => page && page.graph.zoom(0.8));
+    $("zoom-fit").addEventListener("click", () => page && page.graph.fit());
+    $("expand-all").addEventListener("click", () => page && (page.graph.expandAll(true), page.graph.fit()));
+    $("collapse-all").addEventListener("click", () => page && (page.graph.expandAll(false), page.graph.fit()));
+    $("search").addEventListener("input", (ev) => {
+      if (!page) return;
+      const found = page.graph.search(ev.target.value);
+      $("search-count").textContent = ev.target.value.trim() ? `${found.length} found` : "";
+    });
+    $("search").addEventListener("keydown", (ev) => {
+      if (ev.key !== "Enter" || !page) return;
+      const found = page.graph.search(ev.target.value);
+      if (found.length) { page.select(found[0]); page.graph.focus(found[0]); }
+    });
+    window.addEventListener("hashchange", route);
+    try {
+      const cfg = await DplanApi.get("/api/config");
+      $("who").textContent = `as ${cfg.operator} · namespace ${cfg.namespace}`;
+    } catch (err) { flash(err.message, true); }
+    route();
+  });
+})();

@@ -1,0 +1,443 @@
+/* The plan's DAG and timeline: layout by dagre (vendored), drawn as SVG.
+ *
+ * A node is a subtask (status colour AND icon AND word, agent, duration, tokens, cost,
+ * its sub-agents listed inside it); an edge is a dependency. Big plans stay usable:
+ * a wide layer is drawn as one "layer" node until expanded (a click, a search match or
+ * "expand layers"), and the view zooms and pans. Live changes repaint nodes in place;
+ * the layout is only recomputed when what is drawn changes (a layer opens or closes).
+ */
+"use strict";
+
+(function () {
+  const SVG = "http://www.w3.org/2000/svg";
+  const ICONS = {
+    pending: "○", running: "▶", completed: "✓", failed: "✗", skipped: "↷",
+    cancelled: "⊘", paused: "‖", terminated: "✗", timed_out: "⌛", unknown: "?",
+  };
+  const NODE_W = 220;
+  const NODE_H = 70;
+  const SUB_ROW = 15;
+  const MAX_SUB_ROWS = 3;
+  // A plan bigger than this starts with its wide layers collapsed.
+  const COLLAPSE_TOTAL = 150;
+  const COLLAPSE_LAYER = 12;
+
+  function icon(status) { return ICONS[status] || "?"; }
+
+  function fmtDuration(s) {
+    if (s === null || s === undefined || isNaN(s)) return "–";
+    if (s < 60) return s.toFixed(1) + "s";
+    const m = Math.floor(s / 60);
+    if (m < 60) return m + "m" + String(Math.floor(s % 60)).padStart(2, "0") + "s";
+    return Math.floor(m / 60) + "h" + String(m % 60).padStart(2, "0") + "m";
+  }
+  function fmtTokens(n) { return n ? n.toLocaleString("en-US") + " tok" : "0 tok"; }
+  function fmtCost(c) { return "$" + (c || 0).toFixed(4); }
+
+  function el(name, attrs, text) {
+    const node = document.createElementNS(SVG, name);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+  function clip(text, n) { return text.length > n ? text.slice(0, n - 1) + "…" : text; }
+
+  /* Layers: the longest chain of dependencies before each subtask. */
+  function layersOf(subtasks) {
+    const byId = new Map(subtasks.map((s) => [s.id, s]));
+    const depth = new Map();
+    const visit = (id, seen) => {
+      if (depth.has(id)) return depth.get(id);
+      if (seen.has(id)) return 0; // a cycle cannot run; never loop on one
+      seen.add(id);
+      const s = byId.get(id);
+      let d = 0;
+      for (const dep of (s ? s.depends_on : [])) if (byId.has(dep)) d = Math.max(d, visit(dep, seen) + 1);
+      depth.set(id, d);
+      return d;
+    };
+    subtasks.forEach((s) => visit(s.id, new Set()));
+    return depth;
+  }
+
+  /* The chain of subtasks that took longest end to end (measured durations; one unit
+   * each before anything has run), as a set of ids and of "dep>id" edges. */
+  function criticalPath(subtasks, durationOf) {
+    const depth = layersOf(subtasks);
+    const order = subtasks.slice().sort((a, b) => depth.get(a.id) - depth.get(b.id));
+    const measured = subtasks.some((s) => durationOf(s.id) > 0);
+    const weight = (id) => (measured ? durationOf(id) || 0 : 1);
+    const dist = new Map();
+    const prev = new Map();
+    let end = null;
+    for (const s of order) {
+      let best = 0;
+      let from = null;
+      for (const dep of s.depends_on) {
+        if (dist.has(dep) && dist.get(dep) > best) { best = dist.get(dep); from = dep; }
+      }
+      dist.set(s.id, best + weight(s.id));
+      prev.set(s.id, from);
+      if (end === null || dist.get(s.id) > dist.get(end)) end = s.id;
+    }
+    const nodes = new Set();
+    const edges = new Set();
+    for (let id = end; id !== null && id !== undefined; id = prev.get(id)) {
+      nodes.add(id);
+      const p = prev.get(id);
+      if (p !== null && p !== undefined) edges.add(p + ">" + id);
+    }
+    return { nodes, edges, length: end === null ? 0 : dist.get(end) };
+  }
+
+  class PlanGraph {
+    constructor(svg, { onSelect }) {
+      this.svg = svg;
+      this.viewport = svg.querySelector("#viewport");
+      this.onSelect = onSelect;
+      this.subtasks = [];
+      this.results = new Map();
+      this.runs = [];
+      this.expanded = new Set();
+      this.collapsedByDefault = false;
+      this.query = "";
+      this.selected = null;
+      this.critical = { nodes: new Set(), edges: new Set(), length: 0 };
+      this.view = { k: 1, x: 0, y: 0 };
+      this.drawnKey = "";
+      this.nodeEls = new Map();
+      this.lastLayoutMs = 0;
+      this.installPanZoom();
+    }
+
+    /* ---------------------------------------------------------------- data */
+
+    setPlan(subtasks) {
+      this.subtasks = subtasks;
+      this.depth = layersOf(subtasks);
+      const perLayer = new Map();
+      for (const s of subtasks) perLayer.set(this.depth.get(s.id), (perLayer.get(this.depth.get(s.id)) || 0) + 1);
+      this.layerSize = perLayer;
+      this.collapsedByDefault = subtasks.length > COLLAPSE_TOTAL;
+    }
+    setResult(result) { this.results.set(result.id, result); }
+    setRuns(runs) { this.runs = runs || []; }
+
+    runsOf(id) { return this.runs.filter((r) => r.path.length === 1 && r.subtask === id); }
+    subagentsOf(id) { return this.runs.filter((r) => r.path.length > 1 && r.subtask === id); }
+
+    durationOf(id) {
+      const runs = this.runsOf(id);
+      if (!runs.length) return 0;
+      let total = 0;
+      for (const r of runs) {
+        const start = Date.parse(r.started);
+        const end = r.closed ? Date.parse(r.closed) : Date.now();
+        total += Math.max(0, (end - start) / 1000);
+      }
+      return total;
+    }
+
+    matches(s) {
+      if (!this.query) return false;
+      const q = this.query.toLowerCase();
+      return s.id.toLowerCase().includes(q) || s.agent.toLowerCase().includes(q) ||
+        (s.description || "").toLowerCase().includes(q);
+    }
+
+    collapsedLayers() {
+      const out = new Set();
+      if (!this.collapsedByDefault) return out;
+      for (const [layer, size] of this.layerSize) {
+        if (size > COLLAPSE_LAYER && !this.expanded.has(layer)) out.add(layer);
+      }
+      for (const s of this.subtasks) {
+        const d = this.depth.get(s.id);
+        if (out.has(d) && (this.matches(s) || s.id === this.selected)) out.delete(d);
+      }
+      return out;
+    }
+
+    /* ---------------------------------------------------------------- drawing */
+
+    render() {
+      const started = performance.now();
+      this.critical = criticalPath(this.subtasks, (id) => this.durationOf(id));
+      const collapsed = this.collapsedLayers();
+      const subRows = (id) => Math.min(this.subagentsOf(id).length, MAX_SUB_ROWS + 1);
+      const key = [...collapsed].sort().join(",") + "|" +
+        this.subtasks.map((s) => subRows(s.id)).join("");
+      if (key !== this.drawnKey) {
+        this.layout(collapsed, subRows);
+        this.drawnKey = key;
+        this.lastLayoutMs = performance.now() - started;
+      }
+      for (const s of this.subtasks) this.paintNode(s.id);
+      for (const layer of collapsed) this.paintGroup(layer);
+      this.paintEdges();
+      return performance.now() - started;
+    }
+
+    layout(collapsed, subRows) {
+      const g = new dagre.graphlib.Graph({ multigraph: false });
+      g.setGraph({ rankdir: "TB", nodesep: 22, ranksep: 46, marginx: 20, marginy: 20 });
+      g.setDefaultEdgeLabel(() => ({}));
+      const drawnId = (id) => {
+        const d = this.depth.get(id);
+        return collapsed.has(d) ? "layer:" + d : id;
+      };
+      const groups = new Map();
+      for (const s of this.subtasks) {
+        const d = this.depth.get(s.id);
+        if (collapsed.has(d)) {
+          if (!groups.has(d)) groups.set(d, []);
+          groups.get(d).push(s.id);
+        } else {
+          g.setNode(s.id, { width: NODE_W, height: NODE_H + SUB_ROW * subRows(s.id) });
+        }
+      }
+      for (const [d] of groups) g.setNode("layer:" + d, { width: NODE_W + 40, height: NODE_H });
+      this.edgeList = [];
+      const seen = new Set();
+      for (const s of this.subtasks) {
+        for (const dep of s.depends_on) {
+          const a = drawnId(dep);
+          const b = drawnId(s.id);
+          if (a === b || seen.has(a + ">" + b)) continue;
+          seen.add(a + ">" + b);
+          g.setEdge(a, b);
+          this.edgeList.push({ a, b, real: !a.startsWith("layer:") && !b.startsWith("layer:") });
+        }
+      }
+      dagre.layout(g);
+      this.groups = groups;
+      this.viewport.replaceChildren();
+      this.nodeEls = new Map();
+      this.edgeEls = [];
+      const edgeLayer = el("g", { class: "edges" });
+      const nodeLayer = el("g", { class: "nodes" });
+      this.viewport.append(edgeLayer, nodeLayer);
+      for (const e of this.edgeList) {
+        const pts = g.edge(e.a, e.b).points;
+        const d = pts.map((p, i) => (i ? "L" : "M") + p.x.toFixed(1) + " " + p.y.toFixed(1)).join(" ");
+        const path = el("path", { class: "edge", d, "marker-end": "url(#arrow)", "data-from": e.a, "data-to": e.b });
+        edgeLayer.append(path);
+        this.edgeEls.push({ path, e });
+      }
+      for (const id of g.nodes()) {
+        const n = g.node(id);
+        const group = el("g", { class: "node", "data-id": id, transform: `translate(${n.x - n.width / 2},${n.y - n.height / 2})` });
+        group.append(el("rect", { class: "box", width: n.width, height: n.height, rx: 6 }));
+        const title = el("title");
+        group.append(title);
+        for (let i = 0; i < 3 + (id.startsWith("layer:") ? 0 : MAX_SUB_ROWS + 1); i++) {
+          group.append(el("text", { x: 8, y: 17 + i * 17 - (i > 2 ? (i - 3) * 2 : 0) }));
+        }
+        group.addEventListener("click", (ev) => { ev.stopPropagation(); this.clicked(id); });
+        nodeLayer.append(group);
+        this.nodeEls.set(id, group);
+      }
+      this.width = g.graph().width || 1;
+      this.height = g.graph().height || 1;
+    }
+
+    setTexts(group, lines) {
+      const texts = group.querySelectorAll("text");
+      texts.forEach((t, i) => {
+        const line = lines[i];
+        t.textContent = line ? line.text : "";
+        t.setAttribute("class", line ? line.cls || "" : "");
+      });
+    }
+
+    paintNode(id) {
+      const group = this.nodeEls.get(id);
+      if (!group) return;
+      const s = this.subtasks.find((x) => x.id === id);
+      const r = this.results.get(id) || { status: "pending", agent: s.agent, usage: { tokens: 0, cost_usd: 0 } };
+      const status = r.status;
+      const cls = ["node", "s-" + status];
+      if (this.critical.nodes.has(id)) cls.push("critical");
+      if (this.selected === id) cls.push("selected");
+      if (this.query) cls.push(this.matches(s) ? "match" : "dim");
+      group.setAttribute("class", cls.join(" "));
+      group.setAttribute("data-status", status);
+      const secs = this.durationOf(id);
+      const lines = [
+        { text: clip(id, 28), cls: "title" },
+        { text: `${icon(status)} ${status}${r.retries ? " (retry " + r.retries + ")" : ""} · ${r.agent || s.agent}`, cls: "state" },
+        { text: `${secs ? fmtDuration(secs) : "–"} · ${fmtTokens(r.usage.tokens)} · ${fmtCost(r.usage.cost_usd)}` },
+      ];
+      const subs = this.subagentsOf(id);
+      subs.slice(0, MAX_SUB_ROWS).forEach((sub) => {
+        const end = sub.closed ? Date.parse(sub.closed) : Date.now();
+        const dur = (end - Date.parse(sub.started)) / 1000;
+        lines.push({ text: `↳ ${clip(sub.path.slice(1).join("/"), 18)} ${icon(sub.status)} ${sub.status} ${fmtDuration(dur)}`, cls: "sub" });
+      });
+      if (subs.length > MAX_SUB_ROWS) lines.push({ text: `↳ … ${subs.length - MAX_SUB_ROWS} more sub-agents`, cls: "sub" });
+      this.setTexts(group, lines);
+      group.querySelector("title").textContent = `${id}: ${status}\n${s.description}`;
+    }
+
+    paintGroup(layer) {
+      const group = this.nodeEls.get("layer:" + layer);
+      if (!group) return;
+      const ids = this.groups.get(layer) || [];
+      const counts = {};
+      let tokens = 0;
+      let cost = 0;
+      for (const id of ids) {
+        const r = this.results.get(id);
+        const st = r ? r.status : "pending";
+        counts[st] = (counts[st] || 0) + 1;
+        if (r) { tokens += r.usage.tokens; cost += r.usage.cost_usd; }
+      }
+      const summary = Object.entries(counts).map(([st, n]) => `${icon(st)}${n} ${st}`).join(" ");
+      const worst = ["failed", "paused", "running", "pending", "cancelled", "skipped", "completed"].find((s) => counts[s]) || "pending";
+      const cls = ["node", "group", "s-" + worst];
+      if (ids.some((id) => this.critical.nodes.has(id))) cls.push("critical");
+      group.setAttribute("class", cls.join(" "));
+      this.setTexts(group, [
+        { text: `▸ layer ${layer + 1}: ${ids.length} subtasks (click to expand)`, cls: "title" },
+        { text: clip(summary, 40), cls: "state" },
+        { text: `${fmtTokens(tokens)} · ${fmtCost(cost)}` },
+      ]);
+      group.querySelector("title").textContent = ids.slice(0, 40).join(", ") + (ids.length > 40 ? " …" : "");
+    }
+
+    paintEdges() {
+      for (const { path, e } of this.edgeEls) {
+        const critical = e.real && this.critical.edges.has(e.a + ">" + e.b);
+        path.setAttribute("class", critical ? "edge critical" : "edge");
+        path.setAttribute("marker-end", critical ? "url(#arrow-critical)" : "url(#arrow)");
+      }
+    }
+
+    clicked(id) {
+      if (id.startsWith("layer:")) {
+        this.expanded.add(Number(id.slice(6)));
+        this.render();
+        return;
+      }
+      this.onSelect(id);
+    }
+
+    select(id) {
+      this.selected = id;
+      this.render();
+    }
+
+    search(text) {
+      this.query = text.trim();
+      this.render();
+      return this.query ? this.subtasks.filter((s) => this.matches(s)).map((s) => s.id) : [];
+    }
+
+    expandAll(open) {
+      this.expanded = open ? new Set(this.layerSize.keys()) : new Set();
+      this.render();
+    }
+
+    /* ---------------------------------------------------------------- zoom, pan */
+
+    apply() {
+      const { k, x, y } = this.view;
+      this.viewport.setAttribute("transform", `translate(${x},${y}) scale(${k})`);
+    }
+
+    fit() {
+      const box = this.svg.getBoundingClientRect();
+      const k = Math.min(box.width / this.width, box.height / this.height, 1.5);
+      this.view = { k, x: (box.width - this.width * k) / 2, y: Math.max(0, (box.height - this.height * k) / 2) };
+      this.apply();
+    }
+
+    zoom(factor, cx, cy) {
+      const box = this.svg.getBoundingClientRect();
+      const px = cx === undefined ? box.width / 2 : cx;
+      const py = cy === undefined ? box.height / 2 : cy;
+      const k = Math.max(0.05, Math.min(4, this.view.k * factor));
+      const f = k / this.view.k;
+      this.view = { k, x: px - (px - this.view.x) * f, y: py - (py - this.view.y) * f };
+      this.apply();
+    }
+
+    focus(id) {
+      const group = this.nodeEls.get(id);
+      if (!group) return;
+      const box = this.svg.getBoundingClientRect();
+      const m = /translate\(([-\d.]+),([-\d.]+)\)/.exec(group.getAttribute("transform"));
+      const k = Math.max(this.view.k, 0.8);
+      this.view = { k, x: box.width / 2 - (Number(m[1]) + NODE_W / 2) * k, y: box.height / 3 - Number(m[2]) * k };
+      this.apply();
+    }
+
+    installPanZoom() {
+      let drag = null;
+      this.svg.addEventListener("wheel", (ev) => {
+        ev.preventDefault();
+        const box = this.svg.getBoundingClientRect();
+        this.zoom(ev.deltaY < 0 ? 1.15 : 1 / 1.15, ev.clientX - box.left, ev.clientY - box.top);
+      }, { passive: false });
+      this.svg.addEventListener("mousedown", (ev) => {
+        drag = { x: ev.clientX, y: ev.clientY, vx: this.view.x, vy: this.view.y };
+        this.svg.classList.add("panning");
+      });
+      window.addEventListener("mousemove", (ev) => {
+        if (!drag) return;
+        this.view.x = drag.vx + ev.clientX - drag.x;
+        this.view.y = drag.vy + ev.clientY - drag.y;
+        this.apply();
+      });
+      window.addEventListener("mouseup", () => { drag = null; this.svg.classList.remove("panning"); });
+    }
+
+    /* ---------------------------------------------------------------- timeline */
+
+    renderTimeline(container) {
+      const rows = this.runs.filter((r) => r.started);
+      container.replaceChildren();
+      if (!rows.length) {
+        const p = document.createElement("p");
+        p.className = "note";
+        p.textContent = "nothing has run yet";
+        container.append(p);
+        return;
+      }
+      const t0 = Math.min(...rows.map((r) => Date.parse(r.started)));
+      const t1 = Math.max(...rows.map((r) => (r.closed ? Date.parse(r.closed) : Date.now())));
+      const span = Math.max(t1 - t0, 1);
+      const axis = document.createElement("div");
+      axis.className = "tl-axis";
+      for (let i = 0; i <= 4; i++) {
+        const tick = document.createElement("span");
+        tick.textContent = fmtDuration((span * i) / 4 / 1000);
+        axis.append(tick);
+      }
+      container.append(axis);
+      for (const r of rows) {
+        const row = document.createElement("div");
+        row.className = "tl-row";
+        row.dataset.subtask = r.subtask;
+        const label = document.createElement("span");
+        label.className = "tl-label" + (r.path.length > 1 ? " subagent" : "");
+        const start = Date.parse(r.started);
+        const end = r.closed ? Date.parse(r.closed) : Date.now();
+        label.textContent = `${icon(r.status)} ${r.path.length > 1 ? "↳ " + r.path.slice(1).join("/") : r.subtask} · ${r.status} · ${fmtDuration((end - start) / 1000)}`;
+        const track = document.createElement("span");
+        track.className = "tl-track";
+        const bar = document.createElement("span");
+        bar.className = "tl-bar s-" + r.status + (r.path.length === 1 && this.critical.nodes.has(r.subtask) ? " critical" : "");
+        bar.style.left = ((start - t0) / span) * 100 + "%";
+        bar.style.width = Math.max(((end - start) / span) * 100, 0.2) + "%";
+        bar.title = `${r.workflow_id}: ${new Date(start).toISOString()} → ${r.closed || "running"}`;
+        track.append(bar);
+        row.append(label, track);
+        row.addEventListener("click", () => this.onSelect(r.subtask));
+        container.append(row);
+      }
+    }
+  }
+
+  window.DplanGraph = { PlanGraph, icon, fmtDuration, fmtTokens, fmtCost, criticalPath, layersOf };
+})();

@@ -1,0 +1,195 @@
+/* A subtask's panel (its conversation, error, usage, diff, Temporal Web link, and what
+ * an operator can do to it) and the plan's waiting tool calls (approve, approve with
+ * edited arguments, reject with a reason). Every text is set with textContent. */
+"use strict";
+
+(function () {
+  const G = () => window.DplanGraph;
+  const api = () => window.DplanApi;
+
+  function h(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") node.className = v;
+      else if (k === "data") Object.assign(node.dataset, v);
+      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else node.setAttribute(k, v);
+    }
+    for (const c of children) if (c !== null && c !== undefined) node.append(c);
+    return node;
+  }
+
+  function kv(pairs) {
+    const dl = h("dl", { class: "kv" });
+    for (const [k, v] of pairs) dl.append(h("dt", {}, k), h("dd", {}, v));
+    return dl;
+  }
+
+  function badge(status) {
+    return h("span", { class: "badge s-" + status, data: { status } }, `${G().icon(status)} ${status}`);
+  }
+
+  function messageView(m) {
+    const box = h("div", { class: "msg " + m.role });
+    const label = m.role + (m.name ? ` (${m.name})` : "") + (m.tool_call_id ? ` ← ${m.tool_call_id}` : "");
+    box.append(h("div", { class: "role" }, label));
+    if (m.content) box.append(h("pre", {}, m.content));
+    for (const c of m.tool_calls || []) {
+      box.append(h("div", { class: "call" }, `→ ${c.name}(${c.arguments || ""})  [${c.id}]`));
+    }
+    if (m.usage) {
+      const u = m.usage;
+      box.append(h("div", { class: "note" }, `${u.prompt_tokens + u.completion_tokens} tokens · ${G().fmtCost(u.cost_usd)}`));
+    }
+    return box;
+  }
+
+  function diffView(data) {
+    if (data.unavailable) return h("p", { class: "note" }, "no diff: " + data.unavailable);
+    const pre = h("pre", { class: "diff" });
+    pre.append(h("span", { class: "note" }, `${data.start.slice(0, 12)}..${data.commit.slice(0, 12)}\n${data.stat}\n`));
+    for (const line of data.diff.split("\n")) {
+      let cls = "";
+      if (line.startsWith("+") && !line.startsWith("+++")) cls = "diff-add";
+      else if (line.startsWith("-") && !line.startsWith("---")) cls = "diff-del";
+      else if (line.startsWith("@@")) cls = "diff-hunk";
+      pre.append(h("span", { class: cls }, line + "\n"));
+    }
+    if (data.truncated) pre.append(h("span", { class: "note" }, "… (truncated)"));
+    return pre;
+  }
+
+  /* What can be done to this subtask now, given the plan's state. */
+  function controls(page, sid, def, result) {
+    const box = h("div", { id: "subtask-controls" });
+    const status = result ? result.status : "pending";
+    const planStatus = page.report ? page.report.status : "running";
+    const planOpen = planStatus === "running" || planStatus === "paused";
+    if (status === "paused") {
+      box.append(
+        h("button", { type: "button", class: "primary", data: { action: "resume" }, onclick: () => page.act("resume", { subtask: sid }) }, "resume"),
+        " ",
+        h("button", { type: "button", class: "danger", data: { action: "skip" }, onclick: () => page.act("skip", { subtask: sid }) }, "skip"),
+      );
+    }
+    if (!planOpen) {
+      const description = h("textarea", { name: "description", rows: "4" });
+      description.value = def.description;
+      const agent = h("input", { name: "agent", placeholder: def.agent });
+      const model = h("input", { name: "model", placeholder: "model (default: the agent's)" });
+      const form = h("form", { class: "control", id: "rerun-form" },
+        h("label", {}, "description", description),
+        h("label", {}, "agent ", agent),
+        h("label", {}, "model ", model),
+        h("button", { type: "submit", class: "primary", data: { action: "rerun" } }, "edit and re-run (with its dependents)"),
+      );
+      form.addEventListener("submit", (ev) => {
+        ev.preventDefault();
+        const change = {};
+        if (description.value !== def.description) change.description = description.value;
+        if (agent.value.trim()) change.agent = agent.value.trim();
+        if (model.value.trim()) change.model = model.value.trim();
+        const body = Object.keys(change).length ? { subtasks: [sid], changes: { [sid]: change } } : { subtasks: status === "completed" ? [sid] : [] };
+        page.act("retry", body);
+      });
+      box.append(h("h3", {}, "edit and re-run"), form);
+    }
+    return box;
+  }
+
+  async function showSubtask(page, sid) {
+    const panel = document.getElementById("panel");
+    panel.hidden = false;
+    panel.dataset.subtask = sid;
+    panel.replaceChildren(h("p", { class: "note" }, "loading " + sid + "…"));
+    let data;
+    try {
+      data = await api().get(`/api/plans/${encodeURIComponent(page.planId)}/subtasks/${encodeURIComponent(sid)}`);
+    } catch (err) {
+      panel.replaceChildren(h("p", { class: "error-box" }, err.message));
+      return;
+    }
+    if (panel.dataset.subtask !== sid) return; // another was chosen meanwhile
+    const def = data.subtask;
+    const r = data.result || { status: "pending", agent: def.agent, usage: { tokens: 0, prompt_tokens: 0, completion_tokens: 0, cost_usd: 0 }, llm_calls: 0, retries: 0 };
+    const secs = page.graph.durationOf(sid);
+    const close = h("button", { type: "button", onclick: () => page.select(null) }, "close");
+    panel.replaceChildren(
+      h("h2", {}, sid + " ", badge(r.status), " ", close),
+      kv([
+        ["agent", r.agent || def.agent],
+        ["depends on", def.depends_on.join(", ") || "nothing"],
+        ["duration", secs ? G().fmtDuration(secs) : "–"],
+        ["tokens", `${r.usage.tokens} (${r.usage.prompt_tokens} in, ${r.usage.completion_tokens} out)`],
+        ["cost", G().fmtCost(r.usage.cost_usd)],
+        ["LLM calls", String(r.llm_calls)],
+        ["retries", String(r.retries)],
+        ["commit", r.commit ? r.commit.slice(0, 12) : "–"],
+        ["workflow", h("a", { href: data.temporal_url, target: "_blank", rel: "noopener noreferrer" }, "open in Temporal Web")],
+      ]),
+    );
+    panel.append(h("h3", {}, "description"), h("pre", { class: "live" }, def.description));
+    if (r.error) panel.append(h("h3", {}, "error"), h("div", { class: "error-box", id: "subtask-error" }, `${r.error.type}: ${r.error.message}`));
+    if (r.result) panel.append(h("h3", {}, "result"), h("pre", {}, r.result));
+    const subs = page.graph.subagentsOf(sid);
+    if (subs.length) {
+      const list = h("ul", {});
+      for (const s of subs) {
+        list.append(h("li", {}, `${G().icon(s.status)} ${s.path.slice(1).join("/")} · ${s.status} `, h("a", { href: s.temporal_url, target: "_blank", rel: "noopener noreferrer" }, "Temporal Web")));
+      }
+      panel.append(h("h3", {}, "sub-agents"), list);
+    }
+    panel.append(controls(page, sid, def, data.result));
+    const live = h("pre", { class: "live", id: "live-text" });
+    live.hidden = true;
+    panel.append(live);
+    page.paintLiveText();
+    const conv = data.conversation;
+    panel.append(h("h3", {}, "conversation"));
+    if (conv.unavailable) panel.append(h("p", { class: "note" }, conv.unavailable));
+    else {
+      const list = h("div", { id: "conversation" });
+      for (const m of conv.messages) list.append(messageView(m));
+      if (!conv.messages.length) list.append(h("p", { class: "note" }, "no messages yet"));
+      panel.append(list);
+    }
+    panel.append(h("h3", {}, "diff"));
+    const diffBox = h("div", { id: "diff" }, h("p", { class: "note" }, "reading the workspace…"));
+    panel.append(diffBox);
+    try {
+      const diff = await api().get(`/api/plans/${encodeURIComponent(page.planId)}/subtasks/${encodeURIComponent(sid)}/diff`);
+      diffBox.replaceChildren(diffView(diff));
+    } catch (err) {
+      diffBox.replaceChildren(h("p", { class: "note" }, err.message));
+    }
+  }
+
+  function showApprovals(page, calls) {
+    const box = document.getElementById("approvals");
+    box.replaceChildren();
+    box.hidden = !calls.length;
+    if (!calls.length) return;
+    box.append(h("strong", {}, `${calls.length} tool call${calls.length > 1 ? "s" : ""} waiting for a decision`));
+    for (const c of calls) {
+      const args = h("textarea", { name: "arguments", "aria-label": "arguments" });
+      args.value = c.arguments;
+      const reason = h("input", { name: "reason", placeholder: "reason (the model reads it)", size: "28" });
+      const approve = () => {
+        const edited = args.value.trim() !== c.arguments.trim();
+        page.act("approve", edited ? { call: c.call, arguments: args.value } : { call: c.call });
+      };
+      const reject = () => page.act("reject", { call: c.call, reason: reason.value });
+      box.append(h("div", { class: "approval", data: { call: c.call } },
+        h("div", {},
+          h("div", {}, `${c.call} · ${c.agent} wants ${c.tool} · since ${c.since}`),
+          args),
+        h("div", { class: "actions" },
+          h("button", { type: "button", class: "primary", data: { action: "approve" }, onclick: approve }, "approve"),
+          reason,
+          h("button", { type: "button", class: "danger", data: { action: "reject" }, onclick: reject }, "reject")),
+      ));
+    }
+  }
+
+  window.DplanPanel = { showSubtask, showApprovals, h, badge };
+})();
