@@ -184,6 +184,9 @@ class Settings:
     task_queue: str = "dplan"
     model: str = SCRIPTED_MODEL
     subagent_model: str | None = None
+    prompt_cache: bool = True
+    """Mark the stable prefix for providers that cache only what is marked (Anthropic's
+    ``cache_control``; ``activities/prompt_cache.py``); ``DPLAN_PROMPT_CACHE=0`` does not."""
     api_base: str | None = None
     api_key: str | None = field(default=None, repr=False)
     session_store: str = ".dplan/sessions.db"
@@ -279,6 +282,7 @@ class Settings:
             task_queue=_opt(e, "DPLAN_TASK_QUEUE") or "dplan",
             model=_opt(e, "DPLAN_MODEL") or SCRIPTED_MODEL,
             subagent_model=_opt(e, "DPLAN_SUBAGENT_MODEL"),
+            prompt_cache=_flag(e, "DPLAN_PROMPT_CACHE", default=True),
             api_base=_opt(e, "DPLAN_API_BASE"),
             api_key=_opt(e, "DPLAN_API_KEY"),
             session_store=_opt(e, "DPLAN_SESSION_STORE") or str(state_dir / "sessions.db"),

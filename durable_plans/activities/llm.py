@@ -27,6 +27,7 @@ from durable_plans.activities.llm_errors import (
     classify_llm_error,
     to_application_error,
 )
+from durable_plans.activities.prompt_cache import cache_markers_for, cached_tokens_of
 from durable_plans.activities.sessions import begin_branch, close_branch
 from durable_plans.activities.spend import paid_for, record_paid
 from durable_plans.activities.streaming import LivePublisher, streamed_completion
@@ -150,7 +151,12 @@ def usage_of(litellm: Any, response: Any) -> Usage:
             cost = float(litellm.completion_cost(completion_response=response) or 0.0)
     except Exception:
         cost = 0.0  # an unpriced model is not an error; tokens are still counted
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, cost_usd=max(cost, 0.0))
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cost_usd=max(cost, 0.0),
+        cached_tokens=cached_tokens_of(raw, prompt),
+    )
 
 
 class LlmActivities:
@@ -194,6 +200,9 @@ class LlmActivities:
                 kwargs["api_base"] = s.api_base
             if s.api_key:
                 kwargs["api_key"] = s.api_key
+            if s.prompt_cache:
+                route = self.client(import_litellm()).route(model, s.api_base, s.api_key)
+                kwargs = cache_markers_for(kwargs, route.provider, route.model)
         return kwargs
 
     @activity.defn(name=ACT_CALL_LLM)

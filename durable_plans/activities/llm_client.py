@@ -36,6 +36,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from durable_plans.activities.prompt_cache import cached_tokens_of
+
 __all__ = ["LEAN_PROVIDERS", "LlmClient"]
 
 # Providers whose chat endpoint is OpenAI's, request and response as they are.
@@ -66,6 +68,7 @@ class _Route:
     headers: dict[str, str] = field(default_factory=dict)  # sent with every request
     config: Any = None  # litellm's chat config for the provider (its transforms)
     base: str | None = None
+    cache_read_cost: float | None = None  # per cached prompt token; None: the input price
 
 
 class _NoLogging:
@@ -116,10 +119,13 @@ class LlmClient:
         except Exception:
             return _Route(model, "", None, None, 0.0, 0.0, False)  # litellm will say why
         input_cost, output_cost, flat = 0.0, 0.0, True
+        cache_read_cost: float | None = None
         try:
             info = litellm.get_model_info(model=name, custom_llm_provider=provider)
             input_cost = float(info.get("input_cost_per_token") or 0.0)
             output_cost = float(info.get("output_cost_per_token") or 0.0)
+            cached_price = info.get("cache_read_input_token_cost")
+            cache_read_cost = float(cached_price) if cached_price is not None else None
             # Prices that change with the prompt's size are litellm's to compute.
             flat = not any("_above_" in k and v for k, v in info.items())
         except Exception:
@@ -158,7 +164,17 @@ class LlmClient:
         if organization and provider == "openai":
             headers["OpenAI-Organization"] = organization
         return _Route(
-            name, provider, url, key, input_cost, output_cost, flat, headers, config, base
+            name,
+            provider,
+            url,
+            key,
+            input_cost,
+            output_cost,
+            flat,
+            headers,
+            config,
+            base,
+            cache_read_cost=cache_read_cost,
         )
 
     # ------------------------------------------------------------------ calls
@@ -226,7 +242,8 @@ class LlmClient:
         hidden = getattr(response, "_hidden_params", None)
         if not isinstance(hidden, dict):
             hidden = response._hidden_params = {}
-        hidden["response_cost"] = self._cost(route, prompt, completion)
+        cached = cached_tokens_of(usage, prompt)
+        hidden["response_cost"] = self._cost(route, prompt, completion, cached)
         return response
 
     async def _post(
@@ -296,15 +313,25 @@ class LlmClient:
             return raised
         return mapped if isinstance(mapped, BaseException) else original
 
-    def _cost(self, route: _Route, prompt: int, completion: int) -> float:
+    def _cost(self, route: _Route, prompt: int, completion: int, cached: int = 0) -> float:
+        """Tokens x price; prompt tokens read from the provider's cache at its cached-input
+        price where litellm knows one (``activities/prompt_cache.py``)."""
         if route.flat_price:
-            return prompt * route.input_cost + completion * route.output_cost
+            cached_price = (
+                route.input_cost if route.cache_read_cost is None else route.cache_read_cost
+            )
+            return (
+                (prompt - cached) * route.input_cost
+                + cached * cached_price
+                + completion * route.output_cost
+            )
         try:
             cost_in, cost_out = self._litellm.cost_per_token(
                 model=route.model,
                 custom_llm_provider=route.provider,
                 prompt_tokens=prompt,
                 completion_tokens=completion,
+                cache_read_input_tokens=cached,
             )
             return float(cost_in) + float(cost_out)
         except Exception:

@@ -12,6 +12,7 @@ returns the ledger's total, so the call's total is read back in the same step.
 What the activity reports to its workflow (and so the plan report) is that total: the
 sum over every attempt that got an answer, including answers never stored. A call
 answered before this ledger existed has no entries; its stored answer's usage stands.
+The ledger keeps tokens and cost; cached prompt tokens are the stored answer's.
 """
 
 from __future__ import annotations
@@ -41,11 +42,22 @@ async def record_paid(store: SessionStore, root: str, call_id: str, usage: Usage
     total = await store.charge(call_ledger(call_id), entry, usage)
     if root:
         await store.charge(root, entry, usage)
-    return total
+    return _with_cached(total, usage)
 
 
 async def paid_for(store: SessionStore, call_id: str, stored: Usage) -> Usage:
     """Everything paid for ``call_id``; ``stored`` (the stored answer's usage) for a call
     answered before the paid ledger existed."""
     total = await store.total_usage(call_ledger(call_id))
-    return total if total != Usage() else stored
+    return _with_cached(total, stored) if total != Usage() else stored
+
+
+def _with_cached(total: Usage, answer: Usage) -> Usage:
+    """The ledger's total with the answer's cached prompt tokens: the ledger keeps tokens
+    and cost (what budgets need); how many prompt tokens the provider read from its cache
+    is the stored answer's (an answer paid for and lost says it no more)."""
+    if not answer.cached_tokens:
+        return total
+    return total.model_copy(
+        update={"cached_tokens": min(answer.cached_tokens, total.prompt_tokens)}
+    )

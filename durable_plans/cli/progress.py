@@ -349,8 +349,9 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
         + (f" · not finished {c.pending + c.running}" if c.pending + c.running else "")
         + f"  (of {c.total})"
     )
+    cached = f" ({u.cached_tokens:,} cached)" if u.cached_tokens else ""
     usage = Text(
-        f"usage: {u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion tokens"
+        f"usage: {u.prompt_tokens:,} prompt{cached} + {u.completion_tokens:,} completion tokens"
         f" = {u.total_tokens:,} · ${u.cost_usd:.4f}",
         style="dim",
     )

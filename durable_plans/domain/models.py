@@ -32,6 +32,10 @@ class Usage(_Frozen):
     prompt_tokens: NonNegativeInt = 0
     completion_tokens: NonNegativeInt = 0
     cost_usd: NonNegativeFloat = 0.0
+    # Of the prompt tokens, those the provider read from its prompt cache (billed at its
+    # lower cached-input price). Already counted in ``prompt_tokens``, so never added to
+    # the total again; 0 for providers that do not say (and for usage recorded before).
+    cached_tokens: NonNegativeInt = 0
 
     @property
     def total_tokens(self) -> int:
@@ -42,6 +46,7 @@ class Usage(_Frozen):
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cost_usd=round(self.cost_usd + other.cost_usd, 10),
+            cached_tokens=self.cached_tokens + other.cached_tokens,
         )
 
     @classmethod

@@ -17,6 +17,11 @@ With ``log_path`` every answered request is also one JSONL line, so another proc
 count them (``read_request_log``); ``_provider_process`` runs the server as a process of
 its own that way (``FakeProviderProcess``, ``python -m durable_plans.testing``).
 
+With ``prompt_cache=True`` it caches prompt prefixes as OpenAI does by itself: a
+request whose leading messages (same model, same tools) were already part of an answered
+request reports them as ``usage.prompt_tokens_details.cached_tokens``
+(``RecordedRequest.cached_tokens``).
+
 A request with ``"stream": true`` is answered as OpenAI streams: server-sent events of
 ``chat.completion.chunk`` objects, the usage last when ``stream_options.include_usage``
 asks for it, then ``data: [DONE]`` (``chunk_delay_ms`` paces the events like tokens).
@@ -54,6 +59,9 @@ message, which stay the same across retries and across the turns of one agent lo
                            (connection closed) right after its first text
     [no-stream]            a streamed request is answered with one plain JSON completion,
                            as a gateway that ignores ``stream`` does
+    [fail:KIND:model=NAME] (also [flaky:...]) the fault hits only requests for model NAME
+                           (as the provider receives it: "primary" for "openai/primary"),
+                           so one model is down while another answers
 
 Examples: ``Fix the build [flaky:500x2]``, ``Summarise [fail:400:context]``,
 ``Look around [flaky:429x1:retry-after-ms=1500]``.
@@ -75,7 +83,7 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal
@@ -138,6 +146,8 @@ class RecordedRequest:
     # report, its metrics) against what the provider gave out.
     usage: dict[str, int] | None = None
     tool_calls: list[str] | None = None
+    # Prompt tokens the answer reported as read from the prompt cache (``prompt_cache``).
+    cached_tokens: int = 0
     # The parsed JSON body, so tests can inspect exactly what the orchestrator sent.
     body: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -247,6 +257,7 @@ class FakeProvider:
         port: int = 0,
         log_path: Path | str | None = None,
         log_bodies: bool = False,
+        prompt_cache: bool = False,
         chunk_delay_ms: float = 0.0,
     ) -> None:
         self.scenario: Scenario = scenario if scenario is not None else AgentScenario()
@@ -264,6 +275,10 @@ class FakeProvider:
         self._runner: web.AppRunner | None = None
         self._released = asyncio.Event()  # [stream-hold] answers go on once set
         self._cut: set[str] = set()  # conversations whose [stream-cut] happened
+        # Prompt prefixes answered before (``prompt_cache``): a digest per leading run of
+        # messages, keyed by model and tools.
+        self.prompt_cache = prompt_cache
+        self._prefixes: set[str] = set()
 
     @property
     def base_url(self) -> str:
@@ -379,11 +394,40 @@ class FakeProvider:
         chat = ChatRequest(body["model"], messages, tools or [], body, key, self._seen[key])
         self._seen[key] += 1
         try:
-            return self.scenario(chat), chat
+            answer = self.scenario(chat)
+            if (
+                isinstance(answer, Completion)
+                and self.prompt_cache
+                and answer.cached_tokens is None
+            ):
+                answer = replace(answer, cached_tokens=self._cached_prefix(chat))
+            if isinstance(answer, Completion) and answer.cached_tokens:
+                record.cached_tokens = answer.cached_tokens
+            return answer, chat
         except Exception as e:  # a broken scenario or directive must fail loudly, not retry
             message = f"fake provider scenario error: {type(e).__name__}: {e}"
             record.reason = message
             return HttpError(status=400, message=message, code="scenario_error"), chat
+
+    def _cached_prefix(self, chat: ChatRequest) -> int:
+        """Tokens of the longest run of leading messages an earlier answered request of
+        this model and tools began with (what a caching provider reads from its cache);
+        this request's own prefixes are remembered for the next."""
+        digest = hashlib.sha256(
+            json.dumps([chat.model, chat.tools], sort_keys=True, default=str).encode()
+        )
+        longest = 0
+        for n, message in enumerate(chat.messages, start=1):
+            digest.update(json.dumps(message, sort_keys=True, default=str).encode())
+            key = digest.hexdigest()
+            if key in self._prefixes and n < len(chat.messages):
+                longest = n
+            self._prefixes.add(key)
+        if not longest:
+            return 0
+        prompt, _ = usage_for(chat, Completion())
+        cached, _ = usage_for(replace(chat, messages=chat.messages[:longest]), Completion())
+        return min(prompt, cached)
 
     def _send(
         self,
@@ -541,6 +585,13 @@ def _completion_body(chat: ChatRequest, reply: Completion, digest: str) -> dict[
     if calls:
         message["tool_calls"] = calls
     prompt, completion = usage_for(chat, reply)
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if reply.cached_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": min(reply.cached_tokens, prompt)}
     return {
         "id": f"chatcmpl-{digest[:24]}",
         "object": "chat.completion",
@@ -553,9 +604,5 @@ def _completion_body(chat: ChatRequest, reply: Completion, digest: str) -> dict[
                 "finish_reason": "tool_calls" if calls else "stop",
             }
         ],
-        "usage": {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        },
+        "usage": usage,
     }

@@ -79,6 +79,10 @@ class Completion(_Reply):
     id_policy: IdPolicy = "careless"
     prompt_tokens: int | None = None  # None: estimated from the request
     completion_tokens: int | None = None
+    # Of the prompt tokens, those read from the provider's prompt cache, reported as
+    # ``usage.prompt_tokens_details.cached_tokens``; None: not reported (the server fills
+    # it in for a repeated prefix when made with ``prompt_cache=True``).
+    cached_tokens: int | None = None
 
 
 # Wording and error types as OpenAI uses them: litellm maps errors partly by these strings
@@ -235,6 +239,9 @@ class Directives:
     flags: frozenset[str] = frozenset()
     call: str | None = None  # [call:TOOL]: the tool-call turn calls this tool
     agent: str | None = None  # [agent:NAME]: the agent a spawn_subagent call asks for
+    # [fail:KIND:model=NAME]: the fault hits only requests for this model (the name the
+    # provider receives, e.g. "primary" for "openai/primary"); others are answered.
+    fault_model: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> Directives:
@@ -244,10 +251,14 @@ class Directives:
         flags: set[str] = set()
         call: str | None = None
         agent: str | None = None
+        fault_model: str | None = None
         for m in DIRECTIVE_RE.finditer(text):
             name, arg = m["name"], m["arg"] or ""
             if name in ("fail", "flaky"):
                 head, *options = arg.split(":")
+                scoped = [o for o in options if o.startswith("model=")]
+                options = [o for o in options if not o.startswith("model=")]
+                fault_model = scoped[-1].removeprefix("model=") if scoped else None
                 count: int | None = None
                 if name == "flaky":
                     counted = _COUNTED_RE.match(head)
@@ -281,6 +292,7 @@ class Directives:
             frozenset(flags),
             call,
             agent,
+            fault_model,
         )
 
 
@@ -304,6 +316,8 @@ class AgentScenario:
         if directives.slow_requests is None or request.seen_before < directives.slow_requests:
             delay = directives.slow_ms
         fault = directives.fault
+        if directives.fault_model is not None and request.model != directives.fault_model:
+            fault = None  # the fault is another model's: this one answers
         if fault is not None and (
             directives.fault_requests is None or request.seen_before < directives.fault_requests
         ):

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -386,43 +386,23 @@ async def _retry(client: Client, plan_id: str, body: Json) -> Json:
     return {"message": f"retrying: {', '.join(rerun) or 'nothing'}", "rerun": rerun}
 
 
-def _changes(raw: object) -> dict[str, dict[str, str]]:
-    """``{subtask: {description|agent|model: text}}`` with the empty fields left out."""
+def _changes(raw: object) -> dict[str, dict[str, object]]:
+    """``{subtask: {field: value}}`` as sent; the client judges the fields and values
+    (``check_changes``: the same sentences as ``dplan retry --set``)."""
     if raw is None:
         return {}
-    if not isinstance(raw, dict):
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
         raise _bad("changes must map subtask ids to {description, agent, model}")
-    out: dict[str, dict[str, str]] = {}
-    for sid, fields in raw.items():
-        if not isinstance(fields, dict):
-            raise _bad(f"changes for {sid!r} must be an object")
-        unknown = sorted(set(fields) - {"description", "agent", "model"})
-        if unknown:
-            raise _bad(
-                f"cannot change {', '.join(unknown)} of a subtask (only description, agent, model)"
-            )
-        kept = {k: v for k, v in fields.items() if v not in (None, "")}
-        if not all(isinstance(v, str) for v in kept.values()):
-            raise _bad(f"changes for {sid!r} must be text")
-        if kept:
-            out[str(sid)] = kept
-    return out
+    return {str(sid): dict(fields) for sid, fields in raw.items() if fields}
 
 
 async def _retry_with_changes(
-    client: Client, plan_id: str, subtasks: list[str], changes: dict[str, dict[str, str]]
+    client: Client, plan_id: str, subtasks: list[str], changes: dict[str, dict[str, object]]
 ) -> list[str]:
-    """Edit and re-run: ``Client.retry`` with ``changes`` (the changed subtasks re-run
-    with what depends on them)."""
-    import durable_plans
-
-    make = getattr(durable_plans, "SubtaskChanges", None)
-    if make is None:
-        raise Refused("this version of durable-plans cannot change a subtask on retry")
-    typed = {sid: make(**fields) for sid, fields in changes.items()}
-    retry: Any = client.retry
-    rerun: list[str] = await retry(plan_id, subtasks or None, changes=typed)
-    return rerun
+    """Edit and re-run: ``Client.retry`` with ``changes`` (each changed subtask re-runs
+    with what depends on it; everything else completed is reused)."""
+    data: Mapping[str, Any] = changes  # read as SubtaskChanges by the client, or refused
+    return await client.retry(plan_id, subtasks or None, changes=data)
 
 
 # --------------------------------------------------------------------------- the app

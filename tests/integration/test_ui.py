@@ -1,0 +1,362 @@
+"""``dplan ui`` in a real headless Chromium, against a real dev server and worker.
+
+The page is served by ``running_ui`` on a free port, over a ``Client`` of the test's
+server; the worker's model is the fake provider (through litellm), whose directives steer
+subtasks. The tests read the page's DOM (SVG nodes and edges, the status each node
+carries as a word, the panels) and click its buttons as a person would, then check what
+Temporal and the session store hold. Screenshots are saved in each test's tmp dir.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from temporalio.client import WorkflowFailureError
+
+from durable_plans.client import Client as PlansClient
+from durable_plans.client._operator import default_operator
+from durable_plans.domain.approvals import QUERY_APPROVALS, ApprovalPolicy, WorkflowApprovals
+from durable_plans.domain.models import Plan, PlanStatus, Subtask, SubtaskStatus
+from durable_plans.testing import FakeProvider
+from durable_plans.ui import UiSecurity, running_ui
+from durable_plans.ui.server import UiServer
+from tests.browser import CHROMIUM, Cdp, headless_chromium
+from tests.integration.conftest import Harness
+from tests.integration.gates import GatedProvider, first_call_of
+from tests.integration.plans import by_id, make_plan
+from tests.integration.stored import subtask_messages, tool_answers
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="chromium is not installed (Debian: `apt-get install chromium`, or `make chromium`)",
+    ),
+]
+
+WAIT_S = 60.0  # a bound on waiting for the page or the plan, never asserted
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[FakeProvider]:
+    """The fake provider, able to hold a subtask's first call until the test lets it go."""
+    async with GatedProvider(latency_ms=0, hold_s=25.0) as p:
+        yield p
+
+
+@asynccontextmanager
+async def ui_for(
+    harness: Harness, *, host: str = "127.0.0.1", token: str | None = None
+) -> AsyncIterator[UiServer]:
+    client = PlansClient(harness.client, harness.settings)
+    async with running_ui(client, UiSecurity(bind_host=host, token=token), port=0) as server:
+        yield server
+
+
+async def open_page(cdp: Cdp, url: str) -> None:
+    await cdp.call("Page.enable")
+    await cdp.call("Page.navigate", url=url)
+    await cdp.wait_for("document.body && document.body.dataset.rendered === '1'", timeout_s=WAIT_S)
+
+
+def node_status(subtask: str) -> str:
+    return (
+        f"(document.querySelector('#graph g.node[data-id=\"{subtask}\"]') || "
+        "{dataset: {}}).dataset.status"
+    )
+
+
+async def click(cdp: Cdp, selector: str) -> None:
+    found = await cdp.evaluate(
+        f"(() => {{ const b = document.querySelector({json.dumps(selector)}); "
+        "if (!b) return false; "
+        "b.dispatchEvent(new MouseEvent('click', {bubbles: true})); return true; })()"
+    )
+    assert found, f"nothing to click at {selector}"
+
+
+async def set_value(cdp: Cdp, selector: str, value: str) -> None:
+    found = await cdp.evaluate(
+        f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
+        f"if (!e) return false; e.value = {json.dumps(value)}; return true; }})()"
+    )
+    assert found, f"no field at {selector}"
+
+
+async def wait_status(harness: Harness, plan_id: str, subtask: str, status: SubtaskStatus) -> None:
+    client = PlansClient(harness.client, harness.settings)
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        report = await client.status(plan_id)
+        if by_id(report)[subtask].status is status:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{subtask} never became {status.value}")
+
+
+def last_user_text(body: Mapping[str, Any] | None) -> str:
+    messages = (body or {}).get("messages") or []
+    users = [m.get("content") for m in messages if m.get("role") == "user"]
+    return users[-1] if users and isinstance(users[-1], str) else ""
+
+
+def requests_naming(provider: FakeProvider, marker: str) -> int:
+    return sum(1 for r in provider.requests if marker in last_user_text(r.body))
+
+
+# --------------------------------------------------------------------------- the DAG
+
+
+def layered_plan(width: int = 4, depth: int = 5) -> Plan:
+    """``depth`` layers of ``width``: each subtask depends on two of the layer above."""
+    subtasks = []
+    for layer in range(1, depth + 1):
+        for j in range(1, width + 1):
+            deps: tuple[str, ...] = ()
+            if layer > 1:
+                deps = tuple(sorted({f"L{layer - 1}-{j}", f"L{layer - 1}-{j % width + 1}"}))
+            subtasks.append(
+                Subtask(id=f"L{layer}-{j}", description=f"Step {layer}.{j}", depends_on=deps)
+            )
+    base = make_plan([("x", "x", [])], prefix="ui-dag")
+    return base.model_copy(update={"subtasks": tuple(subtasks), "goal": "a 4x5 layered plan"})
+
+
+async def test_a_layered_plan_is_drawn_and_updates_live(harness: Harness, tmp_path: Path) -> None:
+    assert isinstance(harness.provider, GatedProvider)
+    held = harness.provider.gate("L1-1", 99, first_call_of("Step 1.1"))
+    plan = layered_plan()
+    edges = sum(len(s.depends_on) for s in plan.subtasks)
+    handle = await harness.start(plan)
+    await wait_status(harness, plan.id, "L1-1", SubtaskStatus.RUNNING)
+
+    async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
+        await open_page(cdp, f"{ui.url}#/plan/{plan.id}")
+        assert await cdp.evaluate("document.querySelectorAll('#graph g.node').length") == 20
+        assert await cdp.evaluate("document.querySelectorAll('#graph path.edge').length") == edges
+        # Readable without colour: the node says its status in words, with an icon.
+        await cdp.wait_for(f"{node_status('L1-1')} === 'running'", timeout_s=WAIT_S)
+        text = await cdp.evaluate(
+            "document.querySelector('#graph g.node[data-id=\"L1-1\"]').textContent"
+        )
+        assert "▶ running" in text and "coder" in text
+        await cdp.evaluate("window.sameDocument = 'yes'")
+        await cdp.screenshot(tmp_path / "ui-dag-running.png")
+
+        held.release()
+        await cdp.wait_for(f"{node_status('L1-1')} === 'completed'", timeout_s=WAIT_S)
+        assert await cdp.evaluate("window.sameDocument") == "yes"  # no reload happened
+        report = await asyncio.wait_for(handle.result(), timeout=WAIT_S)
+        assert report.status is PlanStatus.COMPLETED
+        await cdp.wait_for(
+            "document.getElementById('plan-status').dataset.status === 'completed'",
+            timeout_s=WAIT_S,
+        )
+        statuses = await cdp.evaluate(
+            "[...document.querySelectorAll('#graph g.node')].map(n => n.dataset.status)"
+        )
+        assert statuses == ["completed"] * 20
+        # The critical path is highlighted: a chain from the first layer to the last.
+        critical = await cdp.evaluate(
+            "[...document.querySelectorAll('#graph g.node.critical')].map(n => n.dataset.id)"
+        )
+        assert {c.split("-")[0] for c in critical} == {f"L{i}" for i in range(1, 6)}
+        assert await cdp.evaluate("document.querySelectorAll('#graph path.edge.critical').length")
+        await cdp.screenshot(tmp_path / "ui-dag.png")
+
+        # A subtask's panel: its conversation from the session store, its link.
+        await click(cdp, '#graph g.node[data-id="L3-2"]')
+        await cdp.wait_for("document.querySelectorAll('#conversation .msg').length > 0")
+        conversation = await cdp.evaluate("document.getElementById('conversation').innerText")
+        assert "list_dir" in conversation and "Step 3.2" in conversation
+        link = await cdp.evaluate("document.querySelector('#panel a').href")
+        assert link.endswith(f"/workflows/{plan.id}%2FL3-2")
+        # The timeline shows when each subtask ran.
+        await click(cdp, '#toolbar .tab[data-view="timeline"]')
+        await cdp.wait_for("document.querySelectorAll('#timeline .tl-row').length >= 20")
+        await cdp.screenshot(tmp_path / "ui-timeline.png")
+
+        # The plans list shows it.
+        await cdp.call("Page.navigate", url=f"{ui.url}#/")
+        await cdp.wait_for(
+            f"document.querySelector('#plans tr[data-plan=\"{plan.id}\"]') !== null",
+            timeout_s=WAIT_S,
+        )
+
+
+# --------------------------------------------------------------------------- approvals
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+async def test_a_waiting_tool_call_is_decided_from_the_page(
+    harness: Harness, tmp_path: Path, decision: str
+) -> None:
+    plan = make_plan([("look", "Look at the workspace", [])], prefix=f"ui-{decision}")
+    plan = plan.model_copy(update={"approval": ApprovalPolicy(tools=("list_dir",))})
+    handle = await harness.start(plan)
+
+    async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
+        await open_page(cdp, f"{ui.url}#/plan/{plan.id}")
+        row = '#approvals .approval[data-call="look:0.0"]'
+        await cdp.wait_for(f"document.querySelector('{row}') !== null", timeout_s=WAIT_S)
+        await cdp.screenshot(tmp_path / f"ui-{decision}-waiting.png")
+        if decision == "reject":
+            await set_value(cdp, f'{row} input[name="reason"]', "not in this sandbox")
+        await click(cdp, f'{row} button[data-action="{decision}"]')
+        report = await asyncio.wait_for(handle.result(), timeout=WAIT_S)
+        await cdp.wait_for(
+            "document.getElementById('plan-status').dataset.status === 'completed'",
+            timeout_s=WAIT_S,
+        )
+        flash = await cdp.evaluate("document.getElementById('flash').textContent")
+
+    assert report.status is PlanStatus.COMPLETED
+    who = default_operator()  # recorded as the CLI records it (--by's default)
+    assert f"look:0.0: {'approved' if decision == 'approve' else 'rejected'} by {who}" in flash
+    snap = await harness.client.get_workflow_handle(f"{plan.id}/look").query(
+        QUERY_APPROVALS, result_type=WorkflowApprovals
+    )
+    assert [(d.approved, d.who) for d in snap.decided] == [(decision == "approve", who)]
+    answer = tool_answers(await subtask_messages(harness.store, report, "look"))[0].content or ""
+    if decision == "approve":
+        assert "README.md" in answer
+    else:
+        assert snap.decided[0].reason == "not in this sandbox"
+        assert "not in this sandbox" in answer
+
+
+# --------------------------------------------------------------------------- edit and re-run
+
+
+async def test_edit_and_rerun_runs_the_subtask_and_its_dependents_only(
+    harness: Harness, tmp_path: Path
+) -> None:
+    plan = make_plan(
+        [
+            ("first", "Prepare [marker:first]", []),
+            ("broken", "Build it [fail:400] [marker:broken]", ["first"]),
+            ("after", "Ship it [marker:after]", ["broken"]),
+        ],
+        prefix="ui-rerun",
+    )
+    handle = await harness.start(plan)
+    with pytest.raises(WorkflowFailureError):
+        await asyncio.wait_for(handle.result(), timeout=WAIT_S)
+    client = PlansClient(harness.client, harness.settings)
+    failed = await client.status(plan.id)
+    assert by_id(failed)["broken"].status is SubtaskStatus.FAILED
+    before = {m: requests_naming(harness.provider, f"[marker:{m}]") for m in ("first", "after")}
+    assert before["after"] == 0
+
+    async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
+        await open_page(cdp, f"{ui.url}#/plan/{plan.id}/broken")
+        await cdp.wait_for("document.getElementById('subtask-error') !== null")
+        error = await cdp.evaluate("document.getElementById('subtask-error').textContent")
+        assert "400" in error or "BadRequest" in error
+        fixed = "Build it, fixed [marker:fixed]"
+        await set_value(cdp, '#rerun-form textarea[name="description"]', fixed)
+        await click(cdp, '#rerun-form button[data-action="rerun"]')
+        await cdp.wait_for(
+            "document.getElementById('flash').textContent.startsWith('retrying')",
+            timeout_s=WAIT_S,
+        )
+        flash = await cdp.evaluate("document.getElementById('flash').textContent")
+        assert flash == "retrying: broken, after"
+        report = await client.report(plan.id)
+        await cdp.wait_for(
+            "document.getElementById('plan-status').dataset.status === 'completed'",
+            timeout_s=WAIT_S,
+        )
+        await cdp.screenshot(tmp_path / "ui-rerun.png")
+
+    assert report.status is PlanStatus.COMPLETED
+    rows = by_id(report)
+    assert [r.id for r in report.subtasks] == ["first", "broken", "after"]  # one plan
+    assert all(r.status is SubtaskStatus.COMPLETED for r in report.subtasks)
+    assert rows["broken"].retries == 1 and rows["first"].retries == 0
+    assert "fixed" in (rows["broken"].result or "")
+    # Only the edited subtask and its dependent asked the model again.
+    assert requests_naming(harness.provider, "[marker:first]") == before["first"]
+    assert requests_naming(harness.provider, "[marker:fixed]") > 0
+    assert requests_naming(harness.provider, "[marker:after]") > 0
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+async def test_forged_and_tokenless_requests_are_refused(harness: Harness, tmp_path: Path) -> None:
+    assert isinstance(harness.provider, GatedProvider)
+    held = harness.provider.gate("hold", 99, first_call_of("Wait here"))
+    plan = make_plan([("w", "Wait here", [])], prefix="ui-forge")
+    handle = await harness.start(plan)
+    await wait_status(harness, plan.id, "w", SubtaskStatus.RUNNING)
+
+    async with ui_for(harness) as ui, aiohttp.ClientSession() as http:
+        page = await (await http.get(ui.url)).text()
+        csrf = page.split('name="dplan-csrf" content="', 1)[1].split('"', 1)[0]
+        cancel = f"{ui.url}api/do/{plan.id}/cancel"
+        forged = [
+            # another origin, even with the right token (it cannot read it, but still)
+            {"Origin": "http://evil.example", "X-Dplan-CSRF": csrf},
+            # no CSRF header: what a cross-site form or a no-cors fetch can send
+            {"Origin": ui.url.rstrip("/")},
+            # a browser's cross-site fetch metadata
+            {"X-Dplan-CSRF": csrf, "Sec-Fetch-Site": "cross-site"},
+        ]
+        for headers in forged:
+            async with http.post(cancel, json={}, headers=headers) as resp:
+                assert resp.status == 403, headers
+                assert "error:" in (await resp.json())["error"]
+        async with http.post(
+            cancel, data="{}", headers={"X-Dplan-CSRF": csrf, "Content-Type": "text/plain"}
+        ) as resp:
+            assert resp.status == 403  # a form's content type, not JSON
+        async with http.get(cancel) as resp:
+            assert resp.status in (403, 405)
+        # A rebinding page on a name that resolves here is not this server.
+        async with http.get(ui.url, headers={"Host": "evil.example"}) as resp:
+            assert resp.status == 403
+        assert (await client_status(harness, plan.id)) is PlanStatus.RUNNING
+        # The page loads nothing from elsewhere.
+        async with http.get(ui.url) as resp:
+            assert "default-src 'none'" in resp.headers["Content-Security-Policy"]
+            assert "connect-src 'self'" in resp.headers["Content-Security-Policy"]
+
+    token = "t0ken-for-the-ui-test-1234"
+    async with (
+        ui_for(harness, host="0.0.0.0", token=token) as ui,
+        # A browser keeps a cookie of an address too; aiohttp's jar needs telling.
+        aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http,
+    ):
+        base = f"http://127.0.0.1:{ui.port}/"
+        for path in ("", "api/plans", f"api/plans/{plan.id}", "static/app.js"):
+            async with http.get(base + path) as resp:
+                assert resp.status == 401, path
+        async with http.get(base + "api/plans", headers={"Authorization": "Bearer wrong"}) as r:
+            assert r.status == 401
+        async with http.post(base + f"api/do/{plan.id}/cancel", json={}) as resp:
+            assert resp.status == 401
+        assert (await client_status(harness, plan.id)) is PlanStatus.RUNNING
+        async with http.get(base + f"?token={token}", allow_redirects=False) as resp:
+            assert resp.status == 303  # kept in an HttpOnly cookie, dropped from the address
+            assert "HttpOnly" in resp.headers["Set-Cookie"]
+        async with http.get(base + "api/plans") as resp:  # the cookie now
+            assert resp.status == 200
+    with pytest.raises(ValueError, match="not a local address"):
+        UiSecurity(bind_host="0.0.0.0", token=None)
+
+    held.release()
+    report = await asyncio.wait_for(handle.result(), timeout=WAIT_S)
+    assert report.status is PlanStatus.COMPLETED
+
+
+async def client_status(harness: Harness, plan_id: str) -> PlanStatus:
+    return (await PlansClient(harness.client, harness.settings).status(plan_id)).status
