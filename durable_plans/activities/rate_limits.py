@@ -4,7 +4,8 @@
 provider request of a limited model, ``SharedRateLimits.call``:
 
 1. estimates the request's tokens (about four characters per token of its messages and
-   tool schemas: cheap, and corrected in step 4) and reserves a slot in the shared row of
+   tool schemas, scaled by what this worker has seen the provider count for that model:
+   cheap, and corrected in step 4) and reserves a slot in the shared row of
    the model at its endpoint and key (``session_store/rate_limits.py``): the reservation
    says how long to wait so that every worker together stays within the limits;
 2. waits that long (the LLM activity heartbeats meanwhile), then, if a provider's
@@ -57,6 +58,8 @@ STORE_RETRY_S = 30.0  # how long the worker paces alone before trying the shared
 DEFAULT_BLOCK_S = 1.0  # a 429 without Retry-After holds every worker back this long
 REQUEST_MARGIN_S = 5.0  # kept free before the activity's deadline, beyond the request timeout
 MAX_WAIT_OUTSIDE_ACTIVITY_S = 60.0
+CALIBRATION_BOUND = 4.0  # the estimate is scaled by at most this much, up or down
+CALIBRATION_WEIGHT = 0.3  # of the latest answer in the moving average of real / estimate
 MAX_REPEATS = 20  # reservations of one request (each after a Retry-After met while waiting)
 
 Opener = Callable[[str], Awaitable[RateLimitStore]]
@@ -113,6 +116,7 @@ class SharedRateLimits:
     _down_since: float | None = field(default=None, init=False)
     _opening: asyncio.Lock | None = field(default=None, init=False)
     _closing: asyncio.Future[None] | None = field(default=None, init=False)
+    _calibration: dict[str, float] = field(default_factory=dict, init=False)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SharedRateLimits:
@@ -133,7 +137,8 @@ class SharedRateLimits:
         if limit is None:
             return await send()
         key = bucket_key(model, kwargs.get("api_base"), kwargs.get("api_key"))
-        tokens = estimate_tokens(kwargs)
+        raw = estimate_tokens(kwargs)
+        tokens = max(1, round(raw * self._calibration.get(key, 1.0)))
         await self._acquire(key, limit, tokens, float(kwargs.get("timeout") or 0.0))
         try:
             response = await send()
@@ -146,9 +151,20 @@ class SharedRateLimits:
                 )
             raise
         used = used_tokens(response)
-        if used is not None and used != tokens and limit.tpm:
-            await self._use(lambda s: s.correct(key, limit, tokens_delta=used - tokens))
+        if used is not None:
+            self._calibrate(key, raw, used)
+            if used != tokens and limit.tpm:
+                await self._use(lambda s: s.correct(key, limit, tokens_delta=used - tokens))
         return response
+
+    def _calibrate(self, key: str, estimated: int, used: int) -> None:
+        """Learn how this provider counts: the four-characters estimate is scaled by a
+        moving average of real over estimated tokens (a provider that does not count the
+        tool schemas, or whose answers are long, moves it down or up), within 1/4 and 4."""
+        seen = min(CALIBRATION_BOUND, max(1 / CALIBRATION_BOUND, used / max(estimated, 1)))
+        before = self._calibration.get(key)
+        weight = CALIBRATION_WEIGHT
+        self._calibration[key] = seen if before is None else before + weight * (seen - before)
 
     async def close(self) -> None:
         if self._shared is not None:
