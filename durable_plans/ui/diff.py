@@ -97,6 +97,10 @@ async def subtask_diff(
         start = parts[1] if len(parts) > 1 else None  # a root commit: diff from nothing
     if start is None:
         start = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's empty tree
+    if start == commit:
+        return {
+            "unavailable": f"no file changed: the subtask ends at {commit[:12]}, where it started"
+        }
     _, stat, _ = await _git(repository, "diff", "--stat", start, commit)
     code, diff, err = await _git(repository, "diff", start, commit)
     if code != 0:

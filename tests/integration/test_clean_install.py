@@ -191,10 +191,14 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Wheels:
 
 
 def package_modules() -> set[str]:
-    """Every file the package is made of in the checkout, as wheel paths."""
+    """Every file the package is made of in the checkout, as wheel paths (its modules, the
+    typing marker and the ``dplan ui`` page's static files)."""
     found: set[str] = set()
     for path in PACKAGE_DIR.rglob("*"):
-        if "__pycache__" not in path.parts and (path.suffix == ".py" or path.name == "py.typed"):
+        static = "static" in path.parts and path.is_file()  # the dplan ui page and its vendor
+        if "__pycache__" not in path.parts and (
+            path.suffix == ".py" or path.name == "py.typed" or static
+        ):
             found.add(f"durable_plans/{path.relative_to(PACKAGE_DIR).as_posix()}")
     return found
 

@@ -347,7 +347,7 @@
 
     fit() {
       const box = this.svg.getBoundingClientRect();
-      const k = Math.min(box.width / this.width, box.height / this.height, 1.5);
+      const k = Math.min(box.width / this.width, box.height / this.height, 1.2);
       this.view = { k, x: (box.width - this.width * k) / 2, y: Math.max(0, (box.height - this.height * k) / 2) };
       this.apply();
     }
