@@ -44,6 +44,7 @@ from durable_plans.domain.models import (
     PlanReport,
     PlanStatus,
 )
+from durable_plans.domain.operations import SubtaskEdit
 from durable_plans.embedded import (
     EmbeddedTemporal,
     RunningWorker,
@@ -300,6 +301,13 @@ def describe_notification(outcome: DeliveryOutcome) -> str:
     return f"webhook: delivering (webhook-id {outcome.webhook_id})"
 
 
+def describe_edit(edit: SubtaskEdit) -> str:
+    """``edited: b (description, model) by alice@host at 2026-…``: an edit and re-run."""
+    who = f" by {edit.by}" if edit.by else ""
+    when = f" at {edit.at}" if edit.at else ""
+    return f"edited: {edit.subtask} ({', '.join(edit.fields)}){who}{when}"
+
+
 async def status_command(
     plan_id: str, *, json_output: bool, settings: Settings | None = None, follow: bool = False
 ) -> int:
@@ -317,16 +325,22 @@ async def status_command(
         if follow and not report.finished:
             report = await _follow(plans, plan_id, url, json_output=json_output)
         notification = await notification_outcome(plans.temporal, plan_id)
-        if json_output and notification is not None:
-            # The report's fields as they are, plus how its webhook went: the delivery is
-            # not part of the report (it never changes it), but a script asking for the
-            # status wants both.
+        edits = await plans.edits(plan_id)
+        if json_output and (notification is not None or edits):
+            # The report's fields as they are, plus how its webhook went and who edited
+            # which subtasks: neither is part of the report (the delivery never changes
+            # it, an edit is the operator's), but a script asking for the status wants all.
             document = report.model_dump(mode="json")
-            document["notification"] = notification.model_dump(mode="json")
+            if notification is not None:
+                document["notification"] = notification.model_dump(mode="json")
+            if edits:
+                document["edits"] = [e.model_dump(mode="json") for e in edits]
             sys.stdout.write(json.dumps(document, indent=2) + "\n")
             sys.stdout.flush()
         else:
             print_report(report, json_output=json_output, url=url, settings=resolved)
+            for edit in edits:
+                print(describe_edit(edit))
             if notification is not None:
                 print(describe_notification(notification))
         if follow:

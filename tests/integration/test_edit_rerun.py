@@ -21,6 +21,7 @@ from temporalio.client import WorkflowFailureError
 
 from durable_plans import Client, Refused, SubtaskChanges
 from durable_plans.cli.operate_command import retry_command
+from durable_plans.cli.run_command import status_command
 from durable_plans.client._plans import plan_status
 from durable_plans.domain.models import PlanReport, PlanStatus, SubtaskStatus, Usage
 from durable_plans.settings import Settings
@@ -140,6 +141,9 @@ async def test_edit_and_rerun_a_failed_subtask_from_the_cli(
         ("b", ("description", "model"), OPERATOR)
     ]
     assert edits[0].at  # when
+    # ... which dplan status says under the report.
+    assert await status_command(plan_id, json_output=False, settings=rig.settings) == 0
+    assert f"edited: b (description, model) by {OPERATOR} at " in capsys.readouterr().out
 
 
 async def test_edit_a_completed_subtask_through_the_client(rig: Rig) -> None:
