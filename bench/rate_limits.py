@@ -128,7 +128,7 @@ def worker_env(
         "DPLAN_WORKSPACE": str(tmp / "workspace"),
         "DPLAN_STATE_DIR": str(tmp / "state"),
         "DPLAN_LLM_TIMEOUT_S": "30",
-        "DPLAN_LLM_MAX_ATTEMPTS": "20",  # refusals are retried, not failures of the plan
+        "DPLAN_LLM_MAX_ATTEMPTS": "1000",  # refusals are retried, never fail the plan
     }
     if limits:
         env["DPLAN_RATE_LIMITS"] = limits

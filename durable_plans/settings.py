@@ -27,6 +27,7 @@ from durable_plans.connection import (
     resolve_temporal,
 )
 from durable_plans.domain.models import Budget
+from durable_plans.domain.rate_limits import RateLimit, RateLimitConfigError, parse_rate_limits
 from durable_plans.domain.streaming import STREAM_MODES, StreamMode
 from durable_plans.domain.workspace import DEFAULT_BRANCH_PREFIX
 from durable_plans.event_loop import EVENT_LOOPS, EventLoopChoice
@@ -169,6 +170,13 @@ def _payload_keys(env: Mapping[str, str]) -> PayloadKeyring | None:
         raise SettingsError(str(err)) from None
 
 
+def _rate_limits(env: Mapping[str, str]) -> tuple[tuple[str, RateLimit], ...]:
+    try:
+        return tuple(parse_rate_limits(env.get("DPLAN_RATE_LIMITS", "")).items())
+    except RateLimitConfigError as err:
+        raise SettingsError(str(err)) from None
+
+
 _YES = frozenset({"1", "true", "yes", "on"})
 _NO = frozenset({"0", "false", "no", "off"})
 
@@ -241,6 +249,13 @@ class Settings:
     """Payload encryption keys (``DPLAN_PAYLOAD_KEY``, ``_KEY_FILE``, ``_KEYS``; see
     ``payload_codec.py``); None: payloads are stored as plain JSON. The plugin turns them
     into the codec of every client, worker and replayer built from these settings."""
+    rate_limits: tuple[tuple[str, RateLimit], ...] = ()
+    """Requests and tokens per minute per model (``DPLAN_RATE_LIMITS``:
+    ``openai/gpt-4o=rpm:500,tpm:30000; *=rpm:60``), shared by every worker of one store
+    (``activities/rate_limits.py``, docs/limits.md); empty: no model is paced."""
+    rate_limit_store: str | None = field(default=None, repr=False)
+    """Where the shared limits live (``DPLAN_RATE_LIMIT_STORE``); None: beside the
+    session store. Hidden from ``repr``: a URL may carry a password."""
 
     @property
     def model_is_scripted(self) -> bool:
@@ -316,5 +331,7 @@ class Settings:
             metrics_port=_port(e, "DPLAN_METRICS_PORT"),
             otlp_endpoint=_opt(e, "OTEL_EXPORTER_OTLP_ENDPOINT"),
             payload_keys=_payload_keys(e),
+            rate_limits=_rate_limits(e),
+            rate_limit_store=_opt(e, "DPLAN_RATE_LIMIT_STORE"),
             ui_token=_opt(e, "DPLAN_UI_TOKEN"),
         )

@@ -28,6 +28,7 @@ from durable_plans.activities.llm_errors import (
     to_application_error,
 )
 from durable_plans.activities.prompt_cache import cache_markers_for, cached_tokens_of
+from durable_plans.activities.rate_limits import SharedRateLimits
 from durable_plans.activities.sessions import begin_branch, close_branch
 from durable_plans.activities.spend import paid_for, record_paid
 from durable_plans.activities.streaming import LivePublisher, streamed_completion
@@ -164,6 +165,7 @@ class LlmActivities:
         self._store = store
         self._settings = settings
         self._client: LlmClient | None = None  # one per worker, made on first call
+        self._limits = SharedRateLimits.from_settings(settings)  # activities/rate_limits.py
 
     def client(self, litellm: Any) -> LlmClient:
         """The worker's shared LLM client (routes, prices and HTTP pool kept across calls)."""
@@ -172,6 +174,7 @@ class LlmActivities:
         return self._client
 
     async def aclose(self) -> None:
+        await self._limits.close()
         if self._client is not None:
             await self._client.aclose()
 
@@ -229,7 +232,9 @@ class LlmActivities:
         with observe.llm_request(model, inp.agent, call_id=msg_id) as request:
             try:
                 async with heartbeating():
-                    response = await self._complete(litellm, kwargs, msg_id, inp.agent)
+                    response = await self._limits.call(
+                        kwargs, lambda: self._complete(litellm, kwargs, msg_id, inp.agent)
+                    )
             except Exception as exc:
                 raise to_application_error(classify_llm_error(exc)) from None
             usage = usage_of(litellm, response)

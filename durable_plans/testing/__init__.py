@@ -37,6 +37,7 @@ from durable_plans.testing._fake_provider import (
     RecordedRequest,
     identical_counts,
     read_request_log,
+    refused_count,
 )
 from durable_plans.testing._fake_scenario import (
     AgentScenario,
@@ -82,6 +83,7 @@ __all__ = [
     "local_stack",
     "plan_turn",
     "read_request_log",
+    "refused_count",
     "register_scripted_provider",
     "strip_directives",
 ]

@@ -22,6 +22,11 @@ request whose leading messages (same model, same tools) were already part of an 
 request reports them as ``usage.prompt_tokens_details.cached_tokens``
 (``RecordedRequest.cached_tokens``).
 
+With ``requests_per_s`` and/or ``tokens_per_minute`` it enforces a rate limit as a real
+provider does (``_fake_rate_limit``): a request over it is answered 429 with
+``retry-after-ms`` and ``retry-after``, before the scenario sees it, and is kept in
+``refused`` (in a log: ``refused_count``).
+
 A request with ``"stream": true`` is answered as OpenAI streams: server-sent events of
 ``chat.completion.chunk`` objects, the usage last when ``stream_options.include_usage``
 asks for it, then ``data: [DONE]`` (``chunk_delay_ms`` paces the events like tokens).
@@ -98,8 +103,9 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "pip install 'durable-plans[testing]'"
     ) from e
 
-from durable_plans.activities.scripted_model import CARELESS_TOOL_CALL_ID
+from durable_plans.activities.scripted_model import CARELESS_TOOL_CALL_ID, estimate_tokens
 from durable_plans.domain.tool_ids import strict_violations
+from durable_plans.testing._fake_rate_limit import ProviderRateLimit, retry_after_headers
 from durable_plans.testing._fake_scenario import (
     AgentScenario,
     ChatRequest,
@@ -118,6 +124,7 @@ __all__ = [
     "RecordedRequest",
     "identical_counts",
     "read_request_log",
+    "refused_count",
 ]
 
 Kind = Literal["pending", "completion", "http_error", "raw", "dropped", "rejected"]
@@ -259,8 +266,19 @@ class FakeProvider:
         log_bodies: bool = False,
         prompt_cache: bool = False,
         chunk_delay_ms: float = 0.0,
+        requests_per_s: float | None = None,
+        tokens_per_minute: float | None = None,
+        rate_window_s: float = 1.0,
     ) -> None:
         self.scenario: Scenario = scenario if scenario is not None else AgentScenario()
+        # A real provider's rate limit (``_fake_rate_limit``): what exceeds it is refused
+        # with 429 and Retry-After before the scenario sees it, and kept in ``refused``.
+        self.rate_limit = (
+            ProviderRateLimit(requests_per_s, tokens_per_minute, rate_window_s)
+            if requests_per_s is not None or tokens_per_minute is not None
+            else None
+        )
+        self.refused: list[RecordedRequest] = []
         self.latency_ms = latency_ms
         # Between the events of a streamed answer (``"stream": true``), as tokens come.
         self.chunk_delay_ms = chunk_delay_ms
@@ -354,7 +372,9 @@ class FakeProvider:
         )
         self.requests.append(record)
         try:
-            reply, chat = self._decide(record, body, invalid)
+            reply, chat = self._over_rate_limit(record, body, invalid) or self._decide(
+                record, body, invalid
+            )
             await asyncio.sleep((self.latency_ms + reply.delay_ms) / 1000.0)
             if (
                 isinstance(reply, Completion)
@@ -367,7 +387,28 @@ class FakeProvider:
             return self._send(request, record, reply, chat)
         finally:
             record.finished = time.time()
+            if self.rate_limit is not None and record.usage:
+                self.rate_limit.charge(record.usage["completion_tokens"])
             self._write_log(record)
+
+    def _over_rate_limit(
+        self, record: RecordedRequest, body: dict[str, Any] | None, invalid: _Invalid | None
+    ) -> tuple[Reply, None] | None:
+        """A 429 with Retry-After when this request exceeds the rate limit, else None."""
+        if self.rate_limit is None or body is None or invalid is not None:
+            return None
+        wait = self.rate_limit.admit(estimate_tokens(json.dumps(body["messages"], default=str)))
+        if wait is None:
+            return None
+        record.model = body["model"]
+        record.n_messages = len(body["messages"])
+        record.kind, record.reason = "http_error", RATE_LIMITED
+        self.refused.append(record)
+        message = f"Rate limit reached; please try again in {wait:.3f}s."
+        headers = retry_after_headers(wait)
+        return HttpError(
+            status=429, message=message, code="rate_limit_exceeded", headers=headers
+        ), None
 
     def _decide(
         self, record: RecordedRequest, body: dict[str, Any] | None, invalid: _Invalid | None
@@ -511,6 +552,18 @@ class FakeProvider:
             line = json.dumps(record.to_json(with_body=self._log_bodies))
             self._log.write(line + "\n")
             self._log.flush()
+
+
+RATE_LIMITED = "rate limit exceeded"  # the reason of a request refused by ``rate_limit``
+
+
+def refused_count(records: Iterable[Mapping[str, Any]] | Iterable[RecordedRequest]) -> int:
+    """How many requests the provider's rate limit refused (records or log entries)."""
+    return sum(
+        1
+        for r in records
+        if (r.reason if isinstance(r, RecordedRequest) else r.get("reason")) == RATE_LIMITED
+    )
 
 
 HOLD_LIMIT_S = 120.0  # a [stream-hold] answer goes on by itself after this long

@@ -28,6 +28,7 @@ from durable_plans.testing._fake_provider import (
     FakeProvider,
     identical_counts,
     read_request_log,
+    refused_count,
 )
 from durable_plans.testing._fake_scenario import Scenario
 
@@ -51,8 +52,12 @@ class FakeProviderProcess:
         log_bodies: bool = False,
         startup_timeout_s: float = 20.0,
         chunk_delay_ms: float = 0.0,
+        requests_per_s: float | None = None,
+        tokens_per_minute: float | None = None,
     ) -> None:
         self.log_path = Path(log_path)
+        self.requests_per_s = requests_per_s
+        self.tokens_per_minute = tokens_per_minute
         self.chunk_delay_ms = chunk_delay_ms
         self.log_bodies = log_bodies
         self.latency_ms = latency_ms
@@ -74,6 +79,10 @@ class FakeProviderProcess:
             cmd += ["--chunk-delay-ms", str(self.chunk_delay_ms)]
         if self.scenario:
             cmd += ["--scenario", self.scenario]
+        if self.requests_per_s is not None:
+            cmd += ["--requests-per-s", str(self.requests_per_s)]
+        if self.tokens_per_minute is not None:
+            cmd += ["--tokens-per-minute", str(self.tokens_per_minute)]
         if self.log_bodies:
             cmd.append("--log-bodies")
         self._proc = subprocess.Popen(cmd, env=_child_env(), stdout=subprocess.PIPE, text=True)
@@ -111,6 +120,10 @@ class FakeProviderProcess:
 
     def identical_request_counts(self, *, completed_only: bool = False) -> dict[str, int]:
         return identical_counts(self.log_entries(), completed_only=completed_only)
+
+    def refused_count(self) -> int:
+        """Requests its rate limit refused with 429 (``--requests-per-s``, ...)."""
+        return refused_count(self.log_entries())
 
     def __enter__(self) -> FakeProviderProcess:
         self.start()
@@ -171,6 +184,8 @@ async def _serve(args: argparse.Namespace) -> None:
         log_path=args.log,
         log_bodies=args.log_bodies,
         chunk_delay_ms=args.chunk_delay_ms,
+        requests_per_s=args.requests_per_s,
+        tokens_per_minute=args.tokens_per_minute,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -192,4 +207,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log", type=Path, default=None, help="JSONL request log")
     parser.add_argument("--log-bodies", action="store_true", help="log request bodies too")
     parser.add_argument("--scenario", default=None, help="module:callable (default: agent)")
+    parser.add_argument(
+        "--requests-per-s", type=float, default=None, help="rate limit: 429 above it"
+    )
+    parser.add_argument(
+        "--tokens-per-minute", type=float, default=None, help="rate limit: 429 above it"
+    )
     asyncio.run(_serve(parser.parse_args(argv)))
