@@ -14,6 +14,7 @@ from durable_plans.activities.git_workspace import GitWorkspace
 from durable_plans.activities.llm import LlmActivities
 from durable_plans.activities.mcp import McpActivities
 from durable_plans.activities.notify import NotifyActivities
+from durable_plans.activities.plan_data import PlanDataActivities
 from durable_plans.activities.sessions import SessionActivities
 from durable_plans.activities.subagents import SubagentActivities
 from durable_plans.activities.tool_calls import ToolErrorActivities
@@ -30,6 +31,7 @@ class PlanActivities:
         # the repository it opened are shared.
         git = GitWorkspace.from_settings(settings)
         self.sessions = SessionActivities(store)
+        self.plan_data = PlanDataActivities(store)
         self.llm = LlmActivities(store, settings)
         self.tools = ToolActivities(store, settings, git)
         self.workspace = WorkspaceActivities(git)
@@ -51,6 +53,8 @@ class PlanActivities:
             self.sessions.end_subtask,
             self.sessions.merge_results,
             self.sessions.branch_spend,
+            self.plan_data.plan_data_save,
+            self.plan_data.plan_data_check,
             self.llm.call_llm,
             self.tools.run_tool,
             self.delegation.delegate,

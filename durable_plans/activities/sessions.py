@@ -13,6 +13,7 @@ from __future__ import annotations
 from temporalio import activity
 
 from durable_plans.activities.heartbeat import heartbeating
+from durable_plans.activities.plan_data import stored_plan
 from durable_plans.activities.spend import paid_for
 from durable_plans.domain.contracts import (
     ACT_BEGIN_SUBTASK,
@@ -37,7 +38,8 @@ from durable_plans.domain.ids import (
     merged_result_id,
     subtask_scope,
 )
-from durable_plans.domain.models import Message, SessionMeta, Usage
+from durable_plans.domain.models import Message, SessionMeta, Subtask, Usage
+from durable_plans.domain.plan_data import full_description
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.session_store import SessionNotFound, SessionStore
 
@@ -84,9 +86,10 @@ async def begin_branch(store: SessionStore, inp: BeginSubtaskInput) -> BeginSubt
             snapshot_message_count=snapshot_count,
         )
 
+    task, dep_descriptions = await _descriptions(store, inp)
     deps: list[DependencyResult] = []
     for (dep_id, dep_branch), description in zip(
-        inp.dependency_branches, inp.dependency_descriptions, strict=True
+        inp.dependency_branches, dep_descriptions, strict=True
     ):
         result = await branch_result(store, dep_branch)
         deps.append(
@@ -107,7 +110,7 @@ async def begin_branch(store: SessionStore, inp: BeginSubtaskInput) -> BeginSubt
         Message(
             id=branch_task_message_id(scope),
             role="user",
-            content=scrub_secrets(inp.subtask.description),
+            content=scrub_secrets(task),
         ),
     ]
     await store.append(inp.branch_session_id, messages)
@@ -116,6 +119,23 @@ async def begin_branch(store: SessionStore, inp: BeginSubtaskInput) -> BeginSubt
         message_count=await store.count(inp.branch_session_id),
         snapshot_message_count=snapshot_count,
     )
+
+
+async def _descriptions(store: SessionStore, inp: BeginSubtaskInput) -> tuple[str, list[str]]:
+    """The subtask's description and its dependencies', whole: read from the plan's
+    stored data where the workflow carries excerpts (``domain.plan_data``)."""
+    if inp.plan_data is None:
+        return inp.subtask.description, list(inp.dependency_descriptions)
+    plan = await stored_plan(store, inp.plan_data)
+    stored = {s.id: s for s in plan.subtasks}
+    task = full_description(inp.subtask, stored.get(inp.subtask.id))
+    deps = [
+        full_description(Subtask(id=dep_id, description=excerpt), stored.get(dep_id))
+        for (dep_id, _), excerpt in zip(
+            inp.dependency_branches, inp.dependency_descriptions, strict=True
+        )
+    ]
+    return task, deps
 
 
 async def close_branch(store: SessionStore, inp: EndSubtaskInput) -> None:

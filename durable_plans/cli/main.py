@@ -21,6 +21,7 @@ from durable_plans.cli.approvals_cli import add_approval_parsers
 from durable_plans.domain.agents import BUILTIN_CATALOG
 from durable_plans.domain.agents_loader import AgentsFileError, load_agents_file
 from durable_plans.domain.models import Plan
+from durable_plans.domain.plan_data import size_problems
 from durable_plans.domain.plan_loader import PlanValidationError, plan_from_data, read_plan_file
 from durable_plans.domain.scheduling import critical_path_length
 
@@ -68,7 +69,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     try:
         known_agents = _known_agents()
         data = read_plan_file(path)
-        plan = plan_from_data(data, known_agents=known_agents, source=path)
+        built = plan_from_data(data, known_agents=known_agents, source=path)
+        too_big = size_problems(built, packed=False)  # would stop it from being carried
+        if too_big:
+            raise PlanValidationError(f"{path}: {line}" for line in too_big)
+        plan = built
+        # Only a client that cannot put it in the session store is stopped by this one.
+        for line in size_problems(built, packed=True):
+            print(f"warning: {path}: {line}", file=sys.stderr)
     except PlanValidationError as exc:
         problems = exc.problems
     except AgentsFileError as exc:  # the plan cannot be judged without its agents

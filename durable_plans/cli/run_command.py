@@ -209,6 +209,7 @@ async def open_connection(
         raise Usage(_NO_WAIT_EMBEDDED.format(what="the worker"))
     store = await open_session_store(settings.session_store)
     stack.push_async_callback(store.close)
+    plans.use_plan_store(store)  # the worker's own: big plans go there by reference
     running = await stack.enter_async_context(
         run_in_process_worker(plans.temporal, settings, store)
     )

@@ -62,12 +62,14 @@ from durable_plans.domain.operations import (
     SubtaskEdit,
     SubtaskRequest,
 )
+from durable_plans.domain.plan_data import size_problems
 from durable_plans.domain.plan_loader import (
     PlanValidationError,
     load_plan_file,
     plan_from_data,
     validate_plan,
 )
+from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
 
 __all__ = ["Client", "agents_of", "load_plan"]
@@ -86,10 +88,15 @@ def load_plan(source: PlanSource, *, agents: AgentCatalog | None = None) -> Plan
             problems = validate_plan(source, known_agents=known)
             if problems:
                 raise PlanValidationError(problems)
-            return source
-        if isinstance(source, Mapping):
-            return plan_from_data(dict(source), known_agents=known)
-        return load_plan_file(Path(source), known_agents=known)
+            plan = source
+        elif isinstance(source, Mapping):
+            plan = plan_from_data(dict(source), known_agents=known)
+        else:
+            plan = load_plan_file(Path(source), known_agents=known)
+        too_big = size_problems(plan, packed=False)  # what would stop it from being carried
+        if too_big:
+            raise PlanValidationError(too_big)
+        return plan
     except PlanValidationError as err:
         raise InvalidPlan("invalid plan", err.problems) from None
 
@@ -123,6 +130,13 @@ class Client:
         self._settings = settings if settings is not None else Settings.from_env()
         self._operator = operator or default_operator()
         self._agents: AgentCatalog | None = None
+        self._plan_store: SessionStore | None = None
+
+    def use_plan_store(self, store: SessionStore | None) -> None:
+        """The workers' session store, for a client that can reach it (``--embedded``):
+        a big plan is put there and sent by reference, so no payload limit applies to
+        it. Without it a big plan is sent packed (``domain.plan_data``)."""
+        self._plan_store = store
 
     @classmethod
     async def connect(
@@ -164,7 +178,9 @@ class Client:
         Raises ``InvalidPlan`` or ``PlanAlreadyRunning``."""
         agents = self.agents()
         valid = load_plan(plan, agents=agents)
-        await start_plan(self._temporal, valid, self._settings, catalog=agents)
+        await start_plan(
+            self._temporal, valid, self._settings, catalog=agents, store=self._plan_store
+        )
         return valid.id
 
     async def report(self, plan_id: str) -> PlanReport:

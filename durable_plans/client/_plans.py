@@ -43,14 +43,25 @@ from durable_plans._errors import (
     StatusUnavailable,
     TemporalUnreachable,
 )
+from durable_plans.activities.plan_data import put_data
 from durable_plans.connection import connect_options
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput
 from durable_plans.domain.failures import FailureType, MalformedDetails, read_plan_report
 from durable_plans.domain.models import DeliveryOutcome, Plan, PlanReport, SubtaskStatus
 from durable_plans.domain.notify import NOTIFY_MEMO_KEY
+from durable_plans.domain.plan_data import (
+    INLINE_PLAN_BYTES,
+    PACKED_FIELD,
+    input_size,
+    lean_plan,
+    pack,
+    plan_bytes,
+    size_problems,
+)
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.plugin import DurablePlansPlugin
+from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
 
 __all__ = [
@@ -179,7 +190,12 @@ def with_default_budget(plan: Plan, settings: Settings) -> Plan:
 
 
 async def start_plan(
-    client: Client, plan: Plan, settings: Settings, *, catalog: AgentCatalog | None = None
+    client: Client,
+    plan: Plan,
+    settings: Settings,
+    *,
+    catalog: AgentCatalog | None = None,
+    store: SessionStore | None = None,
 ) -> WorkflowHandle[Any, PlanReport]:
     """Start ``PlanWorkflow`` with workflow id = plan id.
 
@@ -189,15 +205,20 @@ async def start_plan(
     The memo and summary show the goal and size in Temporal Web; they are scrubbed and
     short, since memos are stored with the history and readable by anyone with UI access.
     A finished plan with the same id may be run again; a running one may not.
+
+    A plan too big for one payload goes by reference (``plan_input_arg``); ``store``, the
+    workers' session store when this process can reach it, takes it whatever its size.
     """
     goal = scrub_secrets(plan.goal)[:_GOAL_SUMMARY_CHARS]
+    inp = PlanInput(
+        plan=with_default_budget(plan, settings),
+        agents=catalog.agents if catalog is not None else (),
+    )
+    arg = await plan_input_arg(inp, store)
     try:
         handle: WorkflowHandle[Any, PlanReport] = await client.start_workflow(
             PLAN_WORKFLOW,
-            PlanInput(
-                plan=with_default_budget(plan, settings),
-                agents=catalog.agents if catalog is not None else (),
-            ),
+            arg,
             id=plan.id,
             task_queue=settings.task_queue,
             result_type=PlanReport,
@@ -208,6 +229,25 @@ async def start_plan(
     except WorkflowAlreadyStartedError as err:
         raise PlanAlreadyRunning(plan.id) from err
     return handle
+
+
+async def plan_input_arg(
+    inp: PlanInput, store: SessionStore | None = None
+) -> PlanInput | dict[str, Any]:
+    """What a plan's first input travels as (``domain.plan_data``): the input itself up to
+    ``INLINE_PLAN_BYTES``; past that, with ``store``, the lean plan and a reference to the
+    whole one put there; without, packed, for the workflow to store in its first task.
+    ``InvalidPlan`` (one line) when it is too big to send packed."""
+    wrapper = inp.model_dump(mode="json", exclude_defaults=True)
+    if input_size(wrapper) <= INLINE_PLAN_BYTES:
+        return inp
+    if store is not None:
+        ref = await put_data(store, plan_bytes(inp.plan))
+        return inp.model_copy(update={"plan": lean_plan(inp.plan), "plan_data": ref})
+    problems = size_problems(inp.plan, packed=True)
+    if problems:
+        raise InvalidPlan(f"invalid plan: {inp.plan.id}", problems)
+    return {PACKED_FIELD: pack(wrapper).model_dump()}
 
 
 async def wait_for_report(handle: WorkflowHandle[Any, PlanReport]) -> PlanReport:

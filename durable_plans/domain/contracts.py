@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from durable_plans.domain.agents import AgentSpec
 from durable_plans.domain.approvals import ApprovalPolicy
 from durable_plans.domain.models import Budget, Plan, PlanReport, Subtask, SubtaskResult, Usage
+from durable_plans.domain.plan_data import PlanDataRef
 from durable_plans.domain.tools_config import McpServerTools, ToolSchema
 from durable_plans.domain.workspace import WorkspaceRef, WorkspaceStart
 
@@ -41,6 +42,9 @@ ACT_ANSWER_CALL = "answer_tool_call_with"
 ACT_WORKSPACE_OPEN = "workspace_open"
 ACT_WORKSPACE_MERGE = "workspace_merge"
 ACT_WORKSPACE_PUBLISH = "workspace_publish"
+# A plan's data by reference (domain/plan_data.py): kept in the session store, checked.
+ACT_PLAN_DATA_SAVE = "plan_data_save"
+ACT_PLAN_DATA_CHECK = "plan_data_check"
 
 # Sub-agents nest at most this deep (the root session is depth 0).
 MAX_SUBAGENT_DEPTH = 3
@@ -64,6 +68,9 @@ class BeginSubtaskInput(_Payload):
     root_session_id: str
     depth: int = 0
     retries: int = Field(default=0, ge=0)  # names the attempt's message ids
+    # The plan's full data when its descriptions travel as excerpts (domain/plan_data.py):
+    # the branch is built with the whole description read from there.
+    plan_data: PlanDataRef | None = None
 
 
 class BeginSubtaskOutput(_Payload):
@@ -288,6 +295,8 @@ class SubtaskInput(_Payload):
     # Where the subtask's tree starts; None: tools work in the worker's workspace
     # directory (runs recorded before the workspace was kept in git).
     workspace: WorkspaceStart | None = None
+    # Where the plan's full data is when ``subtask`` holds an excerpt of its description.
+    plan_data: PlanDataRef | None = None
 
 
 class SubtaskOutcome(_Payload):
@@ -339,3 +348,15 @@ class PlanInput(_Payload):
     workspace_base: str | None = None
     # The MCP servers' tools, listed once when the plan first started (None: not yet).
     mcp_tools: tuple[McpServerTools, ...] | None = None
+    # The plan's full data in the session store (domain/plan_data.py); ``plan`` is then
+    # its lean form, descriptions cut to excerpts. None: ``plan`` is the whole plan.
+    plan_data: PlanDataRef | None = None
+
+
+class PlanDataSaveInput(_Payload):
+    plan: Plan
+
+
+class PlanDataCheckInput(_Payload):
+    ref: PlanDataRef
+    lean: Plan

@@ -51,8 +51,10 @@ from durable_plans.domain.text_formats import (
     read_text_file,
 )
 
-MAX_PLAN_BYTES: Final = 4 * 1024 * 1024
-MAX_SUBTASKS: Final = 2000
+# A plan file's size and subtask count; what else limits a plan's size is what it travels
+# as (``domain.plan_data.size_problems``), its data being kept in the session store.
+MAX_PLAN_BYTES: Final = 32 * 1024 * 1024
+MAX_SUBTASKS: Final = 10_000
 MAX_DESCRIPTION_CHARS: Final = 20_000
 MAX_GOAL_CHARS: Final = 20_000
 MAX_DEPENDENCIES: Final = 200

@@ -38,10 +38,14 @@ with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.contracts import (
         ACT_BRANCH_SPEND,
         ACT_MERGE_RESULTS,
+        ACT_PLAN_DATA_CHECK,
+        ACT_PLAN_DATA_SAVE,
         PLAN_WORKFLOW,
         BranchSpendInput,
         BranchSpendOutput,
         MergeResultsInput,
+        PlanDataCheckInput,
+        PlanDataSaveInput,
         PlanInput,
         SubtaskFailureDetails,
         SubtaskInput,
@@ -73,7 +77,18 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
     from durable_plans.domain.operations import CARRIED_STATE_QUERY
-    from durable_plans.domain.plan_loader import validate_plan
+    from durable_plans.domain.plan_data import (
+        MAX_LEAN_BYTES,
+        PACKED_FIELD,
+        PackedPlan,
+        PlanDataError,
+        PlanDataRef,
+        content_hash,
+        lean_plan,
+        plan_bytes,
+        unpack,
+    )
+    from durable_plans.domain.plan_loader import MAX_PLAN_BYTES, validate_plan
     from durable_plans.domain.scheduling import DagIndex, blocked_by_failure, ready_subtasks
     from durable_plans.domain.tool_contracts import (
         ACT_LIST_MCP_TOOLS,
@@ -165,6 +180,8 @@ class PlanWorkflow(PauseHandlers):
         self._git = False
         self._base: str | None = None
         self._published: WorkspaceSummary | None = None
+        # The first input came packed (``domain.plan_data``): the run stores it first.
+        self._packed = False
 
     def _wake(self) -> None:
         """Something changed: the scheduler looks again."""
@@ -253,6 +270,7 @@ class PlanWorkflow(PauseHandlers):
             paused_since=self.pause_desk.carried(plan),
             workspace_base=self._base,
             mcp_tools=self._mcp_tools,
+            plan_data=inp.plan_data,
         )
 
     # ------------------------------------------------------------------ run
@@ -262,11 +280,70 @@ class PlanWorkflow(PauseHandlers):
         workflow_id = workflow.info().workflow_id
         try:
             value = decode_input(raw, what="the plan file's JSON object")
+            if isinstance(value, dict) and PACKED_FIELD in value:
+                self._packed = True
+                value = self._unpacked(value[PACKED_FIELD])
             return plan_input_from_value(value, workflow_id=workflow_id)
         except InvalidInput as err:
             raise invalid_plan_error(
                 f"invalid plan {workflow_id!r}: " + "; ".join(err.problems), err.problems
             ) from None
+
+    @staticmethod
+    def _unpacked(packed: object) -> object:
+        try:
+            value = unpack(PackedPlan.model_validate(packed), limit=MAX_PLAN_BYTES)
+        except (PlanDataError, ValueError) as err:
+            raise InvalidInput([f"{PACKED_FIELD}: {str(err).splitlines()[0]}"]) from None
+        if isinstance(value, dict) and PACKED_FIELD in value:
+            raise InvalidInput([f"{PACKED_FIELD}: a packed plan holds another"])
+        return value
+
+    async def _by_reference(self, inp: PlanInput) -> PlanInput:
+        """The run's input with the plan by reference: a packed plan is stored first and
+        the run goes on with its lean form; a reference is checked (there, unchanged, the
+        plan this run holds). Either failure ends the plan with its one line."""
+        plan = inp.plan
+        if inp.plan_data is not None:
+            check = PlanDataCheckInput(ref=inp.plan_data, lean=plan)
+            await self._plan_data_op(plan, ACT_PLAN_DATA_CHECK, check)
+            return inp
+        # Sent packed: whole, in this run's input only.
+        lean = lean_plan(plan)
+        size = len(lean.model_dump_json(exclude_defaults=True).encode("utf-8"))
+        if size > MAX_LEAN_BYTES:
+            line = (
+                f"plan structure is too large to carry ({size} bytes of ids, agents "
+                f"and dependencies, limit {MAX_LEAN_BYTES}): split the plan"
+            )
+            raise invalid_plan_error(f"invalid plan {plan.id!r}: {line}", [line])
+        data = plan_bytes(plan)
+        expected = PlanDataRef(sha256=content_hash(data), size=len(data))
+        ref = await self._plan_data_op(plan, ACT_PLAN_DATA_SAVE, PlanDataSaveInput(plan=plan))
+        if ref != expected:
+            raise ApplicationError(
+                f"plan {plan.id!r} cannot run: the session store kept {ref.label}, "
+                f"not {expected.label}",
+                type="PlanDataUnavailable",
+                non_retryable=True,
+            )
+        return inp.model_copy(update={"plan": lean, "plan_data": ref})
+
+    @staticmethod
+    async def _plan_data_op(plan: Plan, activity: str, arg: object) -> PlanDataRef:
+        """A plan-data local activity; its failure (a local activity's arrives unwrapped)
+        ends the plan with the activity's one line."""
+        try:
+            ref: PlanDataRef = await store_op(activity, arg, result_type=PlanDataRef)
+        except (ActivityError, ApplicationError) as err:
+            cause = err.cause if isinstance(err, ActivityError) else err
+            why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+            raise ApplicationError(
+                f"plan {plan.id!r} cannot run: {why}",
+                type="PlanDataUnavailable",
+                non_retryable=True,
+            ) from None
+        return ref
 
     @workflow.run
     async def run(self, raw: RawValue = NO_INPUT) -> PlanReport:
@@ -276,6 +353,9 @@ class PlanWorkflow(PauseHandlers):
         fails the workflow at once with ``InvalidPlan`` instead of a retried task.
         """
         inp = self._decode(raw)
+        if self._packed or inp.plan_data is not None:
+            workflow.patched(versions.PLAN_DATA_REF)
+            inp = await self._by_reference(inp)
         plan = inp.plan
         self._plan = plan
         catalog = AgentCatalog(agents=inp.agents) if inp.agents else BUILTIN_CATALOG
@@ -481,6 +561,7 @@ class PlanWorkflow(PauseHandlers):
             approval=plan.approval,
             mcp_tools=self._mcp_tools or (),
             workspace=self._workspace_start(plan, sid, retries),
+            plan_data=inp.plan_data,
         )
         self._running[sid] = asyncio.create_task(self._run_child(plan, sid, child_input))
 

@@ -111,6 +111,7 @@ class SubtaskWorkflow(ApprovalHandlers):
             root_session_id=root,
             depth=inp.depth,
             retries=inp.retries,
+            plan_data=inp.plan_data,
         )
 
         def end(succeeded: bool) -> EndSubtaskInput:

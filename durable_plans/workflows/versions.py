@@ -50,3 +50,9 @@ GIT_WORKSPACE = "git-workspace-1"
 # workflow object is made (before any update it handles); runs without the marker work in
 # the worker's workspace directory as before.
 CHAT_WORKSPACE = "chat-workspace-1"
+
+# A plan too big for one payload travels by reference (domain/plan_data.py): its first
+# run stores the packed plan in the session store (a local activity), and every run checks
+# the reference it holds (another) before anything else. Only plans sent packed or by
+# reference take the path, so no run recorded before it has these commands.
+PLAN_DATA_REF = "plan-data-ref-1"

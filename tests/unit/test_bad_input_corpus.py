@@ -351,20 +351,20 @@ async def test_dplan_run_stops_a_bad_plan_before_any_workflow_starts(
     _assert_problems(stripped, path, PLAN_EXPECTATIONS[name])
 
 
-def _five_megabyte_plan(tmp_path: Path) -> tuple[Path, int]:
+def _oversized_plan(tmp_path: Path) -> tuple[Path, int]:
     # Realistic shape (a model pasted a whole file into a description), generated rather
-    # than committed.
-    filler = "x" * (5 * 1024 * 1024)
+    # than committed; just past the plan file limit.
+    filler = "x" * (MAX_PLAN_BYTES + 1024)
     text = json.dumps({"id": "huge", "subtasks": [{"id": "a", "description": filler}]})
     path = tmp_path / "huge.json"
     path.write_text(text, encoding="utf-8")
     return path, len(text)
 
 
-def test_a_five_megabyte_plan_is_rejected_by_size(
+def test_a_plan_past_the_file_limit_is_rejected_by_size(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path, size = _five_megabyte_plan(tmp_path)
+    path, size = _oversized_plan(tmp_path)
     fragment = f"plan is too large ({size} bytes, limit {MAX_PLAN_BYTES})"
     assert main(["validate", str(path)]) == Exit.INVALID
     _, *problems = capsys.readouterr().err.splitlines()
@@ -387,8 +387,8 @@ def test_the_console_script_rejects_a_sample(name: str) -> None:
     _assert_problems(tuple(problems), path, PLAN_EXPECTATIONS[name])
 
 
-def test_the_console_script_rejects_a_five_megabyte_plan(tmp_path: Path) -> None:
-    path, size = _five_megabyte_plan(tmp_path)
+def test_the_console_script_rejects_a_plan_past_the_file_limit(tmp_path: Path) -> None:
+    path, size = _oversized_plan(tmp_path)
     done = subprocess.run(
         [str(DPLAN), "validate", str(path)], capture_output=True, text=True, check=False
     )

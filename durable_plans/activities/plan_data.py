@@ -1,0 +1,124 @@
+"""A plan's data in the session store, by content hash (``domain.plan_data``).
+
+The store is the one place every worker of a deployment shares, and it already holds
+what must outlive a workflow's payloads (conversations). A plan's full JSON is kept there
+as a session of its own, ``plandata.<sha256>``, split into messages of at most
+``CHUNK_CHARS`` characters with ids derived from the hash: storing the same plan again,
+or a retried activity storing it twice, appends nothing. Reading it back checks the size
+and the hash, so a reference whose data is gone or was changed is refused with one line
+(``PlanDataUnavailable``, not retryable: waiting will not bring the bytes back), never
+read as some other plan.
+
+Stored data is immutable by construction (its id is its hash), so the plans read for
+subtasks' branches are cached per worker by hash: a 10,000-subtask plan is read and
+parsed once per worker, not once per subtask.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Final
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from durable_plans.domain.contracts import (
+    ACT_PLAN_DATA_CHECK,
+    ACT_PLAN_DATA_SAVE,
+    PlanDataCheckInput,
+    PlanDataSaveInput,
+)
+from durable_plans.domain.models import Message, Plan, SessionMeta
+from durable_plans.domain.plan_data import (
+    PlanDataRef,
+    content_hash,
+    plan_bytes,
+    plan_data_session_id,
+)
+from durable_plans.session_store import SessionNotFound, SessionStore
+
+CHUNK_CHARS: Final = 512 * 1024
+PLAN_DATA_UNAVAILABLE: Final = "PlanDataUnavailable"
+_CACHED_PLANS: Final = 8
+_plans: OrderedDict[str, Plan] = OrderedDict()
+
+
+def unavailable(ref: PlanDataRef, why: str) -> ApplicationError:
+    return ApplicationError(
+        f"plan data {ref.label} ({ref.size} bytes) {why}",
+        type=PLAN_DATA_UNAVAILABLE,
+        non_retryable=True,
+    )
+
+
+async def put_data(store: SessionStore, data: bytes) -> PlanDataRef:
+    """Store ``data`` (UTF-8 text) under its hash; idempotent."""
+    ref = PlanDataRef(sha256=content_hash(data), size=len(data))
+    session_id = plan_data_session_id(ref)
+    text = data.decode("utf-8")
+    chunks = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)] or [""]
+    await store.create_session(SessionMeta(session_id=session_id, agent="plan-data"))
+    await store.append(
+        session_id,
+        [
+            Message(id=f"{session_id}.{i}", role="system", content=chunk)
+            for i, chunk in enumerate(chunks)
+        ],
+    )
+    return ref
+
+
+async def get_data(store: SessionStore, ref: PlanDataRef) -> bytes:
+    """The bytes ``ref`` names; ``PlanDataUnavailable`` when missing or altered."""
+    try:
+        messages = await store.read(plan_data_session_id(ref))
+    except SessionNotFound:
+        raise unavailable(ref, "is missing from the session store") from None
+    if not messages:
+        raise unavailable(ref, "is missing from the session store")
+    data = "".join(m.content or "" for m in messages).encode("utf-8")
+    if len(data) != ref.size or content_hash(data) != ref.sha256:
+        raise unavailable(ref, "was altered in the session store (its content hash differs)")
+    return data
+
+
+async def stored_plan(store: SessionStore, ref: PlanDataRef) -> Plan:
+    """The full plan ``ref`` names, read once per worker."""
+    cached = _plans.get(ref.sha256)
+    if cached is not None:
+        _plans.move_to_end(ref.sha256)
+        return cached
+    data = await get_data(store, ref)
+    try:
+        plan = Plan.model_validate_json(data)
+    except ValueError:
+        raise unavailable(ref, "is not a plan") from None
+    _plans[ref.sha256] = plan
+    while len(_plans) > _CACHED_PLANS:
+        _plans.popitem(last=False)
+    return plan
+
+
+class PlanDataActivities:
+    def __init__(self, store: SessionStore) -> None:
+        self._store = store
+
+    @activity.defn(name=ACT_PLAN_DATA_SAVE)
+    async def plan_data_save(self, inp: PlanDataSaveInput) -> PlanDataRef:
+        """Keep the full plan in the store (a local activity: the plan itself never
+        enters the history, only the reference this returns)."""
+        return await put_data(self._store, plan_bytes(inp.plan))
+
+    @activity.defn(name=ACT_PLAN_DATA_CHECK)
+    async def plan_data_check(self, inp: PlanDataCheckInput) -> PlanDataRef:
+        """The reference's data is there, unchanged, and is the plan the run holds: the
+        same subtasks and dependencies (descriptions, agents and models may have been
+        edited since, by ``dplan retry``)."""
+        plan = await stored_plan(self._store, inp.ref)
+        if _shape(plan) != _shape(inp.lean):
+            raise unavailable(inp.ref, "is not the plan this run holds (its subtasks differ)")
+        return inp.ref
+
+
+def _shape(plan: Plan) -> list[tuple[str, tuple[str, ...]]]:
+    return [(s.id, s.depends_on) for s in plan.subtasks]
