@@ -90,6 +90,78 @@
     return { nodes, edges, length: end === null ? 0 : dist.get(end) };
   }
 
+  /* Up to DAGRE_MAX_NODES drawn nodes, dagre lays the graph out (network simplex ranking
+   * and its crossing reduction for small graphs, the faster longest-path ranking without
+   * the extra ordering pass above DAGRE_FAST_NODES). Above that, dagre takes seconds to
+   * minutes, so the nodes go in rows by layer, ordered by a few barycenter sweeps. */
+  const DAGRE_MAX_NODES = 400;
+  const DAGRE_FAST_NODES = 120;
+  const GAP_X = 22;
+  const GAP_Y = 46;
+  const MARGIN = 20;
+
+  function dagreLayout(nodes, edges) {
+    const fast = nodes.length > DAGRE_FAST_NODES;
+    const opts = { rankdir: "TB", nodesep: GAP_X, ranksep: GAP_Y, marginx: MARGIN, marginy: MARGIN };
+    if (fast) Object.assign(opts, { ranker: "longest-path", disableOptimalOrderHeuristic: true });
+    const g = new dagre.graphlib.Graph();
+    g.setGraph(opts);
+    g.setDefaultEdgeLabel(() => ({}));
+    for (const n of nodes) g.setNode(n.id, { width: n.width, height: n.height });
+    for (const e of edges) g.setEdge(e.a, e.b);
+    dagre.layout(g, fast ? { disableOptimalOrderHeuristic: true } : undefined);
+    const placed = new Map(nodes.map((n) => [n.id, g.node(n.id)]));
+    const routes = new Map(edges.map((e) => [e.a + ">" + e.b, g.edge(e.a, e.b).points]));
+    return { nodes: placed, edges: routes, width: g.graph().width, height: g.graph().height };
+  }
+
+  function layeredLayout(nodes, edges) {
+    const rows = new Map();
+    for (const n of nodes) {
+      if (!rows.has(n.rank)) rows.set(n.rank, []);
+      rows.get(n.rank).push(n);
+    }
+    const ranks = [...rows.keys()].sort((a, b) => a - b);
+    const ups = new Map(nodes.map((n) => [n.id, []]));
+    const downs = new Map(nodes.map((n) => [n.id, []]));
+    for (const e of edges) { downs.get(e.a).push(e.b); ups.get(e.b).push(e.a); }
+    const pos = new Map();
+    const number = (row) => row.forEach((n, i) => pos.set(n.id, i));
+    ranks.forEach((r) => number(rows.get(r)));
+    const sweep = (order, neighbours) => {
+      for (const r of order) {
+        const row = rows.get(r);
+        const score = new Map(row.map((n) => {
+          const near = neighbours.get(n.id);
+          return [n.id, near.length ? near.reduce((a, id) => a + pos.get(id), 0) / near.length : pos.get(n.id)];
+        }));
+        row.sort((a, b) => score.get(a.id) - score.get(b.id));
+        number(row);
+      }
+    };
+    for (let i = 0; i < 2; i++) { sweep(ranks.slice(1), ups); sweep(ranks.slice(0, -1).reverse(), downs); }
+    const widest = Math.max(...ranks.map((r) => rows.get(r).reduce((a, n) => a + n.width + GAP_X, 0)));
+    const placed = new Map();
+    let y = MARGIN;
+    for (const r of ranks) {
+      const row = rows.get(r);
+      const tall = Math.max(...row.map((n) => n.height));
+      let x = MARGIN + (widest - row.reduce((a, n) => a + n.width + GAP_X, 0)) / 2;
+      for (const n of row) {
+        placed.set(n.id, { x: x + n.width / 2, y: y + n.height / 2, width: n.width, height: n.height });
+        x += n.width + GAP_X;
+      }
+      y += tall + GAP_Y;
+    }
+    const routes = new Map();
+    for (const e of edges) {
+      const a = placed.get(e.a);
+      const b = placed.get(e.b);
+      routes.set(e.a + ">" + e.b, [{ x: a.x, y: a.y + a.height / 2 }, { x: b.x, y: b.y - b.height / 2 }]);
+    }
+    return { nodes: placed, edges: routes, width: widest + 2 * MARGIN, height: y + MARGIN };
+  }
+
   class PlanGraph {
     constructor(svg, { onSelect }) {
       this.svg = svg;
@@ -121,10 +193,19 @@
       this.collapsedByDefault = subtasks.length > COLLAPSE_TOTAL;
     }
     setResult(result) { this.results.set(result.id, result); }
-    setRuns(runs) { this.runs = runs || []; }
+    setRuns(runs) {
+      this.runs = runs || [];
+      this.own = new Map();
+      this.subs = new Map();
+      for (const r of this.runs) {
+        const into = r.path.length === 1 ? this.own : this.subs;
+        if (!into.has(r.subtask)) into.set(r.subtask, []);
+        into.get(r.subtask).push(r);
+      }
+    }
 
-    runsOf(id) { return this.runs.filter((r) => r.path.length === 1 && r.subtask === id); }
-    subagentsOf(id) { return this.runs.filter((r) => r.path.length > 1 && r.subtask === id); }
+    runsOf(id) { return (this.own && this.own.get(id)) || []; }
+    subagentsOf(id) { return (this.subs && this.subs.get(id)) || []; }
 
     durationOf(id) {
       const runs = this.runsOf(id);
@@ -179,24 +260,22 @@
     }
 
     layout(collapsed, subRows) {
-      const g = new dagre.graphlib.Graph({ multigraph: false });
-      g.setGraph({ rankdir: "TB", nodesep: 22, ranksep: 46, marginx: 20, marginy: 20 });
-      g.setDefaultEdgeLabel(() => ({}));
       const drawnId = (id) => {
         const d = this.depth.get(id);
         return collapsed.has(d) ? "layer:" + d : id;
       };
       const groups = new Map();
+      const nodes = [];
       for (const s of this.subtasks) {
         const d = this.depth.get(s.id);
         if (collapsed.has(d)) {
           if (!groups.has(d)) groups.set(d, []);
           groups.get(d).push(s.id);
         } else {
-          g.setNode(s.id, { width: NODE_W, height: NODE_H + SUB_ROW * subRows(s.id) });
+          nodes.push({ id: s.id, rank: d, width: NODE_W, height: NODE_H + SUB_ROW * subRows(s.id) });
         }
       }
-      for (const [d] of groups) g.setNode("layer:" + d, { width: NODE_W + 40, height: NODE_H });
+      for (const [d] of groups) nodes.push({ id: "layer:" + d, rank: d, width: NODE_W + 40, height: NODE_H });
       this.edgeList = [];
       const seen = new Set();
       for (const s of this.subtasks) {
@@ -205,11 +284,13 @@
           const b = drawnId(s.id);
           if (a === b || seen.has(a + ">" + b)) continue;
           seen.add(a + ">" + b);
-          g.setEdge(a, b);
           this.edgeList.push({ a, b, real: !a.startsWith("layer:") && !b.startsWith("layer:") });
         }
       }
-      dagre.layout(g);
+      const placed = nodes.length > DAGRE_MAX_NODES
+        ? layeredLayout(nodes, this.edgeList)
+        : dagreLayout(nodes, this.edgeList);
+      this.layoutEngine = nodes.length > DAGRE_MAX_NODES ? "layers" : "dagre";
       this.groups = groups;
       this.viewport.replaceChildren();
       this.nodeEls = new Map();
@@ -218,16 +299,17 @@
       const nodeLayer = el("g", { class: "nodes" });
       this.viewport.append(edgeLayer, nodeLayer);
       for (const e of this.edgeList) {
-        const pts = g.edge(e.a, e.b).points;
+        const pts = placed.edges.get(e.a + ">" + e.b);
         const d = pts.map((p, i) => (i ? "L" : "M") + p.x.toFixed(1) + " " + p.y.toFixed(1)).join(" ");
         const path = el("path", { class: "edge", d, "marker-end": "url(#arrow)", "data-from": e.a, "data-to": e.b });
         edgeLayer.append(path);
         this.edgeEls.push({ path, e });
       }
-      for (const id of g.nodes()) {
-        const n = g.node(id);
-        const group = el("g", { class: "node", "data-id": id, transform: `translate(${n.x - n.width / 2},${n.y - n.height / 2})` });
-        group.append(el("rect", { class: "box", width: n.width, height: n.height, rx: 6 }));
+      for (const node of nodes) {
+        const id = node.id;
+        const n = placed.nodes.get(id);
+        const group = el("g", { class: "node", "data-id": id, transform: `translate(${n.x - node.width / 2},${n.y - node.height / 2})` });
+        group.append(el("rect", { class: "box", width: node.width, height: node.height, rx: 6 }));
         const title = el("title");
         group.append(title);
         for (let i = 0; i < 3 + (id.startsWith("layer:") ? 0 : MAX_SUB_ROWS + 1); i++) {
@@ -237,8 +319,8 @@
         nodeLayer.append(group);
         this.nodeEls.set(id, group);
       }
-      this.width = g.graph().width || 1;
-      this.height = g.graph().height || 1;
+      this.width = placed.width || 1;
+      this.height = placed.height || 1;
     }
 
     setTexts(group, lines) {
