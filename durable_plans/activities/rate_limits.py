@@ -205,17 +205,22 @@ class SharedRateLimits:
                 return result
         return await op(self._local)
 
+    def _resting(self) -> bool:
+        """Down, and not yet time to try the shared store again."""
+        down = self._down_since
+        return down is not None and time.monotonic() - down < self.store_retry_s
+
     async def _shared_store(self) -> RateLimitStore | None:
-        if (
-            self._down_since is not None
-            and time.monotonic() - self._down_since < self.store_retry_s
-        ):
+        if self._resting():
             return None
         if self._shared is not None:
             return self._shared
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
+            # Those that queued behind a failed opening do not try again at once.
+            if self._resting():
+                return None
             if self._shared is None:
                 try:
                     self._shared = await asyncio.wait_for(

@@ -195,7 +195,11 @@ class SqliteRateLimitStore:
         return await asyncio.to_thread(run)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._conn.close)
+        def run() -> None:
+            with self._lock:  # after an operation still running in its thread
+                self._conn.close()
+
+        await asyncio.to_thread(run)
 
 
 class _Change(Protocol):

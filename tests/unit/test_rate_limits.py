@@ -446,3 +446,19 @@ async def test_the_fake_provider_answers_429_with_retry_after_and_counts_them() 
     assert len(provider.refused) == 2 == refused_count(provider.requests)
     # Refused requests never reached the scenario: the one answered is the first.
     assert [r.kind for r in provider.requests] == ["completion", "http_error", "http_error"]
+
+
+async def test_calls_queued_behind_a_failed_opening_do_not_open_again() -> None:
+    tries: list[str] = []
+
+    async def opener(target: str) -> RateLimitStore:
+        tries.append(target)
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    limiter = SharedRateLimits(
+        limits={"openai/m": RateLimit(rpm=60000)}, target="t", opener=opener, store_timeout_s=0.2
+    )
+    with capture_logs():
+        answers = await asyncio.gather(*(limiter.call(_kwargs(), _answer) for _ in range(5)))
+    assert len(answers) == 5 and tries == ["t"]
