@@ -40,7 +40,7 @@ from durable_plans.session_store.rate_limits import (
     rate_limit_target,
 )
 from durable_plans.settings import Settings, SettingsError
-from durable_plans.testing import FakeProvider, refused_count
+from durable_plans.testing import FakeProvider, FakeProviderProcess, refused_count
 from durable_plans.testing._fake_rate_limit import ProviderRateLimit
 from tests.conftest import _pg_connection
 
@@ -208,24 +208,24 @@ async def test_one_workers_retry_after_holds_the_other_back(
     first, second = two_workers
     key = "openai/b|-|-"
     assert await second.blocked_for(key) == 0.0
-    await first.block(key, 30.0)
-    assert 25.0 < await second.blocked_for(key) <= 30.0
+    await first.block(key, 300.0)
+    assert 250.0 < await second.blocked_for(key) <= 300.0
     answer = await second.reserve(key, RateLimit(rpm=6000), tokens=1, max_wait_s=600)
-    assert 25.0 < answer.wait_s <= 30.0
+    assert 250.0 < answer.wait_s <= 300.0
     await first.block(key, 1.0)  # a shorter one later never shortens it
-    assert await second.blocked_for(key) > 25.0
+    assert await second.blocked_for(key) > 250.0
 
 
 async def test_a_correction_reaches_the_other_worker(
     two_workers: tuple[RateLimitStore, RateLimitStore],
 ) -> None:
     first, second = two_workers
-    limit = RateLimit(tpm=60)  # a token a second
+    limit = RateLimit(tpm=6)  # a token every ten seconds
     key = "openai/c|-|-"
-    await first.reserve(key, limit, tokens=10, max_wait_s=600)
-    await first.correct(key, limit, tokens_delta=-8)  # it used 2 tokens, not 10
+    await first.reserve(key, limit, tokens=10, max_wait_s=600)  # 100 s of tokens
+    await first.correct(key, limit, tokens_delta=-8)  # it used 2 tokens, not 10: 20 s
     answer = await second.reserve(key, limit, tokens=1, max_wait_s=600)
-    assert 0.5 < answer.wait_s <= 2.0
+    assert 10.0 < answer.wait_s <= 20.0
 
 
 async def test_a_refused_reservation_leaves_the_row_alone(
@@ -435,7 +435,9 @@ def test_the_fake_providers_limit_refuses_above_the_rate() -> None:
 async def test_the_fake_provider_answers_429_with_retry_after_and_counts_them() -> None:
     body = {"model": "openai/fake", "messages": [{"role": "user", "content": "hi"}]}
     async with (
-        FakeProvider(requests_per_s=1, rate_window_s=1.0) as provider,
+        # One request, then the next in 100 s: the two after it are refused whenever
+        # they come (no timing in this test).
+        FakeProvider(requests_per_s=0.01) as provider,
         httpx.AsyncClient() as http,
     ):
         url = f"{provider.base_url}/chat/completions"
@@ -462,3 +464,12 @@ async def test_calls_queued_behind_a_failed_opening_do_not_open_again() -> None:
     with capture_logs():
         answers = await asyncio.gather(*(limiter.call(_kwargs(), _answer) for _ in range(5)))
     assert len(answers) == 5 and tries == ["t"]
+
+
+def test_the_provider_process_enforces_its_rate_limit(tmp_path: Path) -> None:
+    body = {"model": "openai/fake", "messages": [{"role": "user", "content": "hi"}]}
+    with FakeProviderProcess(tmp_path / "requests.jsonl", requests_per_s=0.01) as provider:
+        url = f"{provider.base_url}/chat/completions"
+        statuses = [httpx.post(url, json=body, timeout=30).status_code for _ in range(3)]
+        assert statuses == [200, 429, 429]
+        assert provider.refused_count() == 2
