@@ -129,6 +129,17 @@ def _opt(env: Mapping[str, str], name: str) -> str | None:
     return raw or None
 
 
+def _models(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated list of litellm model names (blanks around names ignored)."""
+    raw = _opt(env, name)
+    if raw is None:
+        return ()
+    names = tuple(part.strip() for part in raw.split(","))
+    if not all(names):
+        raise SettingsError(f"{name} must be model names separated by commas, got {raw!r}")
+    return tuple(dict.fromkeys(names))
+
+
 def _path(env: Mapping[str, str], name: str) -> Path | None:
     raw = _opt(env, name)
     return Path(raw) if raw is not None else None
@@ -192,6 +203,15 @@ class Settings:
     task_queue: str = "dplan"
     model: str = SCRIPTED_MODEL
     subagent_model: str | None = None
+    fallback_models: tuple[str, ...] = ()
+    """Models that take over from an agent's model, in order, when it keeps failing
+    (``DPLAN_FALLBACK_MODELS``, comma-separated); an agent's own ``fallback_models``
+    replaces them (``activities/model_choice.py``)."""
+    fallback_after_attempts: int = 3
+    fallback_after_s: float = 60.0
+    """A retryable error that persists this many attempts of a call, or this long since
+    its first attempt, hands the call to the next model (``DPLAN_FALLBACK_AFTER_ATTEMPTS``,
+    ``DPLAN_FALLBACK_AFTER_S``)."""
     prompt_cache: bool = True
     """Mark the stable prefix for providers that cache only what is marked (Anthropic's
     ``cache_control``; ``activities/prompt_cache.py``); ``DPLAN_PROMPT_CACHE=0`` does not."""
@@ -297,6 +317,11 @@ class Settings:
             task_queue=_opt(e, "DPLAN_TASK_QUEUE") or "dplan",
             model=_opt(e, "DPLAN_MODEL") or SCRIPTED_MODEL,
             subagent_model=_opt(e, "DPLAN_SUBAGENT_MODEL"),
+            fallback_models=_models(e, "DPLAN_FALLBACK_MODELS"),
+            fallback_after_attempts=_int(
+                e, "DPLAN_FALLBACK_AFTER_ATTEMPTS", defaults.fallback_after_attempts
+            ),
+            fallback_after_s=_float(e, "DPLAN_FALLBACK_AFTER_S", defaults.fallback_after_s),
             prompt_cache=_flag(e, "DPLAN_PROMPT_CACHE", default=True),
             api_base=_opt(e, "DPLAN_API_BASE"),
             api_key=_opt(e, "DPLAN_API_KEY"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import activity
@@ -26,6 +26,12 @@ from durable_plans.activities.llm_errors import (
     LlmErrorClass,
     classify_llm_error,
     to_application_error,
+)
+from durable_plans.activities.model_choice import (
+    FallbackPolicy,
+    ModelChoice,
+    may_try_next,
+    model_chain,
 )
 from durable_plans.activities.prompt_cache import cache_markers_for, cached_tokens_of
 from durable_plans.activities.rate_limits import SharedRateLimits
@@ -160,6 +166,15 @@ def usage_of(litellm: Any, response: Any) -> Usage:
     )
 
 
+class _NextModel(Exception):
+    """A model refused a request another one may answer: ask ``choice`` now."""
+
+    def __init__(self, choice: ModelChoice, verdict: LlmErrorClass) -> None:
+        super().__init__(verdict.message)
+        self.choice = choice
+        self.verdict = verdict
+
+
 class LlmActivities:
     def __init__(self, store: SessionStore, settings: Settings) -> None:
         self._store = store
@@ -208,19 +223,55 @@ class LlmActivities:
                 kwargs = cache_markers_for(kwargs, route.provider, route.model)
         return kwargs
 
+    def model_choice(self, inp: LlmCallInput) -> ModelChoice:
+        """The model this attempt asks: the agent's own, or a fallback once its errors
+        persisted (``activities/model_choice.py``), from the attempt's number and when
+        the call was first scheduled, both Temporal's: nothing in the workflow changes."""
+        s = self._settings
+        fallbacks = s.fallback_models if inp.fallback_models is None else inp.fallback_models
+        chain = model_chain(inp.model or s.model, fallbacks)
+        info = activity.info()
+        first = info.scheduled_time
+        elapsed = (datetime.now(UTC) - first).total_seconds() if first is not None else 0.0
+        policy = FallbackPolicy(s.fallback_after_attempts, s.fallback_after_s)
+        return ModelChoice.for_attempt(chain, policy, info.attempt, elapsed)
+
     @activity.defn(name=ACT_CALL_LLM)
     async def call_llm(self, inp: LlmCallInput) -> LlmCallOutput:
+        choice = self.model_choice(inp)
+        if choice.is_fallback:
+            activity.logger.warning(
+                "%s: attempt %d asks fallback model %s (%s kept failing)",
+                assistant_message_id(inp.scope, inp.turn),
+                activity.info().attempt,
+                choice.model,
+                ", ".join(choice.chain[: choice.index]),
+            )
+        while True:
+            try:
+                return await self._call_model(inp, choice)
+            except _NextModel as switch:
+                activity.logger.warning(
+                    "%s: %s refused the request (%s); asking %s",
+                    assistant_message_id(inp.scope, inp.turn),
+                    choice.model,
+                    switch.verdict.type,
+                    switch.choice.model,
+                )
+                choice = switch.choice
+
+    async def _call_model(self, inp: LlmCallInput, choice: ModelChoice) -> LlmCallOutput:
         if inp.begin is not None:
             await begin_branch(self._store, inp.begin)  # idempotent: safe on every attempt
         msg_id = assistant_message_id(inp.scope, inp.turn)
         history = await self._store.read(inp.session_id)
-        model = inp.model or self._settings.model
+        model = choice.model
         for existing in history:
             if existing.id == msg_id:
                 # Answered before a crash: report what it cost (every answer paid for this
                 # call, ``activities/spend.py``) and return, never re-ask.
                 paid = await paid_for(self._store, msg_id, existing.usage or Usage())
-                out = output_of(existing, model=model, replayed=True)
+                out = output_of(existing, model=existing.model or model, replayed=True)
                 return await self._closed_if_final(inp, out.model_copy(update={"usage": paid}))
 
         await ensure_within_budget(self._store, inp.root_session_id, inp.budget)
@@ -236,7 +287,11 @@ class LlmActivities:
                         kwargs, lambda: self._complete(litellm, kwargs, msg_id, inp.agent)
                     )
             except Exception as exc:
-                raise to_application_error(classify_llm_error(exc)) from None
+                verdict = classify_llm_error(exc)
+                following = may_try_next(verdict, choice)
+                if following is None:
+                    raise to_application_error(verdict) from None
+                raise _NextModel(following, verdict) from None
             usage = usage_of(litellm, response)
             request.answered(usage)
             # Paid for now, whatever happens next: recorded before anything else is done.
@@ -245,13 +300,13 @@ class LlmActivities:
             request.finished(finish_reason)
 
         message, _ = assign_tool_call_ids(message, salt=msg_id)
-        message = message.model_copy(update={"usage": usage})
+        message = message.model_copy(update={"usage": usage, "model": model})
         if await self._store.append(inp.session_id, [message]) == 0:
             # Another attempt of this same call (one the server had given up on, but
             # which still finished) stored its answer first. The stored answer is the
             # one the tools and the next turn read, so it is the one to report.
             stored = next(m for m in await self._store.read(inp.session_id) if m.id == msg_id)
-            out = output_of(stored, model=model, replayed=True)
+            out = output_of(stored, model=stored.model or model, replayed=True)
             paid = await paid_for(self._store, msg_id, paid)
             return await self._closed_if_final(inp, out.model_copy(update={"usage": paid}))
         out = output_of(message, model=model, replayed=False)

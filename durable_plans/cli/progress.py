@@ -301,6 +301,22 @@ async def _sleep_or_done(seconds: float, until: asyncio.Future[Any] | None) -> N
 # --------------------------------------------------------------------------- final report
 
 
+def _model_lines(report: PlanReport) -> list[Text]:
+    """Each subtask answered by more than one model (a fallback took over): what each
+    model answered and what it cost."""
+    lines = []
+    for r in report.subtasks:
+        if len(r.models) < 2:
+            continue
+        shares = "; ".join(
+            f"{m.model} {m.llm_calls} call{'s' if m.llm_calls != 1 else ''} · "
+            f"{m.usage.total_tokens:,} tokens · ${m.usage.cost_usd:.4f}"
+            for m in r.models
+        )
+        lines.append(Text(f"models of {r.id}: {shares}", style="dim"))
+    return lines
+
+
 def report_renderable(report: PlanReport, *, web_url: str | None = None) -> RenderableType:
     """The final summary: headline, per-subtask table, totals, usage, duration, link."""
     headline = Text.assemble(
@@ -317,6 +333,8 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
     table.add_column("subtask", style="bold", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("agent", no_wrap=True)
+    # Which model answered: the agent's own, or its fallback when the first kept failing.
+    table.add_column("model", no_wrap=True, overflow="ellipsis", max_width=40)
     table.add_column("calls", justify="right", no_wrap=True)
     table.add_column("tokens", justify="right", no_wrap=True)
     table.add_column("cost", justify="right", no_wrap=True)
@@ -333,6 +351,7 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
             r.id,
             Text(r.status.value + (f" ↻{r.retries}" if r.retries else ""), style=style),
             r.agent,
+            ", ".join(m.model for m in r.models),
             str(r.llm_calls),
             f"{r.usage.total_tokens:,}",
             f"${r.usage.cost_usd:.4f}",
@@ -356,6 +375,7 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
         style="dim",
     )
     parts: list[RenderableType] = [headline, table, totals, usage]
+    parts.extend(_model_lines(report))
     workspace = workspace_line(report)
     if workspace is not None:
         parts.append(Text(workspace))

@@ -61,6 +61,9 @@ class AgentSpec(BaseModel):
     max_turns: int = Field(default=12, ge=MIN_TURNS, le=MAX_TURNS)
     model: str | None = None
     """A litellm model name; None means the worker's ``DPLAN_MODEL``."""
+    fallback_models: tuple[str, ...] | None = None
+    """Models that take over, in order, while ``model`` keeps failing; None means the
+    worker's ``DPLAN_FALLBACK_MODELS``, ``()`` none (``activities/model_choice.py``)."""
     approval: ApprovalPolicy | None = None
     """Which of its tool calls wait for a person (``domain.approvals``); None: defaults."""
     mcp: tuple[str, ...] = ()

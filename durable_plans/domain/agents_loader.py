@@ -9,6 +9,7 @@ adds new agents::
     tools = ["list_dir", "read_file", "search_files"]
     max_turns = 8
     model = "openrouter/some/model"   # optional; default: the worker's DPLAN_MODEL
+    fallback_models = ["openai/gpt-4o-mini"]  # take over while it fails (docs/models.md)
 
     [agents.coder]                    # a built-in: fields not given are inherited
     max_turns = 24
@@ -101,6 +102,7 @@ AGENT_FIELDS: Final[tuple[str, ...]] = (
     "tools",
     "max_turns",
     "model",
+    "fallback_models",
     "approval",
     "mcp",
     "run_command",
@@ -449,6 +451,27 @@ def _check_model(value: Any) -> tuple[Any, list[str]]:
     return value, []
 
 
+def _check_fallback_models(value: Any) -> tuple[Any, list[str]]:
+    # null says "the worker's DPLAN_FALLBACK_MODELS"; [] says none, whatever the worker's.
+    if value is None:
+        return None, []
+    if not isinstance(value, list | tuple):
+        return None, [f": must be a list of litellm model names, got {_describe(value)}"]
+    problems: list[str] = []
+    for i, name in enumerate(value):
+        if not isinstance(name, str):
+            problems.append(
+                f"[{i}]: must be a string (a litellm model name), got {_describe(name)}"
+            )
+        elif not name.strip():
+            problems.append(f"[{i}]: must not be empty")
+        elif why := lone_surrogate(name):
+            problems.append(f"[{i}]: {why}")
+    repeated = {n for n in value if isinstance(n, str) and value.count(n) > 1}
+    problems.extend(f": lists {quote(n)} more than once" for n in sorted(repeated))
+    return (tuple(value), []) if not problems else (None, problems)
+
+
 def _check_approval(value: Any) -> tuple[Any, list[str]]:
     problems = policy_problems(value, APPROVABLE_TOOL_NAMES)
     if problems:
@@ -485,6 +508,7 @@ _FIELD_CHECKS: Final[Mapping[str, _Check]] = {
     "tools": _check_tools,
     "max_turns": _check_max_turns,
     "model": _check_model,
+    "fallback_models": _check_fallback_models,
     "approval": _check_approval,
 }
 

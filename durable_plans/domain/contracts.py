@@ -12,7 +12,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from durable_plans.domain.agents import AgentSpec
 from durable_plans.domain.approvals import ApprovalPolicy
-from durable_plans.domain.models import Budget, Plan, PlanReport, Subtask, SubtaskResult, Usage
+from durable_plans.domain.models import (
+    Budget,
+    ModelUsage,
+    Plan,
+    PlanReport,
+    Subtask,
+    SubtaskResult,
+    Usage,
+)
 from durable_plans.domain.plan_data import PlanDataRef
 from durable_plans.domain.tools_config import McpServerTools, ToolSchema
 from durable_plans.domain.workspace import WorkspaceRef, WorkspaceStart
@@ -118,6 +126,9 @@ class LlmCallInput(_Payload):
     turn: int
     tools: tuple[str, ...] = ()
     model: str | None = None  # the agent's own model; None: the worker's DPLAN_MODEL
+    # Models that take over when ``model`` keeps failing (``activities/model_choice.py``);
+    # None: the worker's DPLAN_FALLBACK_MODELS.
+    fallback_models: tuple[str, ...] | None = None
     # Sent first in the request without being stored: a conversation keeps no agent's
     # prompt in its history, so switching agents needs no rewriting of old prompts.
     system_prompt: str | None = None
@@ -308,6 +319,7 @@ class SubtaskOutcome(_Payload):
     branch_session_id: str
     # The subtask's last commit: what it contributes to its dependents and the plan.
     commit: str | None = None
+    models: tuple[ModelUsage, ...] = ()  # which models answered, with their usage
 
 
 class SubtaskFailureDetails(_Payload):
@@ -318,6 +330,7 @@ class SubtaskFailureDetails(_Payload):
     branch_session_id: str
     # The attempt's last commit (kept under its ref for inspection, never merged).
     commit: str | None = None
+    models: tuple[ModelUsage, ...] = ()  # which models answered, with their usage
 
 
 class PlanInput(_Payload):

@@ -96,6 +96,9 @@ class Message(_Frozen):
     # What producing this message cost (assistant messages from an LLM call); kept with the
     # message so a call retried after a crash can report it without calling again.
     usage: Usage | None = None
+    # The model that answered (an assistant message from an LLM call): the agent's own,
+    # or one of its fallback models (``activities/model_choice.py``).
+    model: str | None = None
 
     @property
     def has_tool_calls(self) -> bool:
@@ -278,6 +281,32 @@ class PlanStatus(enum.StrEnum):
     PAUSED = "paused"
 
 
+class ModelUsage(_Frozen):
+    """One model's share of a subtask: the LLM calls it answered and what they cost."""
+
+    model: str
+    llm_calls: NonNegativeInt = 0
+    usage: Usage = Usage()
+
+    @staticmethod
+    def merged(*groups: Iterable[ModelUsage]) -> tuple[ModelUsage, ...]:
+        """Shares of the same model added up, in the order the models first answered."""
+        by_model: dict[str, ModelUsage] = {}
+        for group in groups:
+            for share in group:
+                seen = by_model.get(share.model)
+                by_model[share.model] = (
+                    share
+                    if seen is None
+                    else ModelUsage(
+                        model=share.model,
+                        llm_calls=seen.llm_calls + share.llm_calls,
+                        usage=seen.usage + share.usage,
+                    )
+                )
+        return tuple(by_model.values())
+
+
 class SubtaskResult(_Frozen):
     id: str
     status: SubtaskStatus
@@ -295,6 +324,10 @@ class SubtaskResult(_Frozen):
     # Its last workspace commit: a completed subtask's result; a failed one's attempt,
     # kept under its own ref (``refs/dplan/<plan>/trees/<subtask>@<retries>``), never merged.
     commit: str | None = None
+    # Which models answered its LLM calls (its sub-agents' included; a fallback model
+    # when the agent's own kept failing), each with its calls, usage and cost. Empty for
+    # runs recorded before it was kept.
+    models: tuple[ModelUsage, ...] = ()
 
     @model_validator(mode="after")
     def _truthful(self) -> SubtaskResult:

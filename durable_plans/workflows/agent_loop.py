@@ -70,7 +70,7 @@ with workflow.unsafe.imports_passed_through():
         spawned_subtask_id,
         spawned_workflow_id,
     )
-    from durable_plans.domain.models import Budget, Subtask, Usage
+    from durable_plans.domain.models import Budget, ModelUsage, Subtask, Usage
     from durable_plans.domain.tool_contracts import (
         ACT_ANSWER_TOOL_ERROR,
         ACT_CALL_MCP_TOOL,
@@ -137,6 +137,8 @@ class AgentLoop:
     turn: int = 0
     llm_calls: int = 0
     usage: Usage = field(default_factory=Usage)
+    # Which models answered (and sub-agents' models), with their calls and usage.
+    models: tuple[ModelUsage, ...] = ()
     phase: str = "starting"
     latest: str = ""  # the last answer's text, for watchers (the progress query)
     # The MCP servers' tools fixed when the plan started; the agent's ``mcp`` picks some.
@@ -199,6 +201,7 @@ class AgentLoop:
                     turn=self.turn,
                     tools=self.tools,
                     model=self.spec.model,
+                    fallback_models=self.spec.fallback_models,
                     system_prompt=self.system_prompt,
                     budget=self.budget,
                     root_session_id=self.root_session_id,
@@ -212,6 +215,7 @@ class AgentLoop:
                 retry_policy=params.llm_retry,
             )
             self.usage = self.usage + out.usage
+            self._answered_by(out)
             if out.content and out.content.strip():
                 self.latest = out.content
             self.begin = None  # built: the next calls only read it
@@ -242,6 +246,13 @@ class AgentLoop:
             FailureType.MAX_TURNS_REACHED,
             f"no final answer after {max_turns} turns (max_turns={max_turns})",
         )
+
+    def _answered_by(self, out: LlmCallOutput) -> None:
+        """Count an answer to the model that gave it (a fallback's too); a call that was
+        not sent (nothing answered, nothing paid) counts for none."""
+        if out.model and (out.tool_calls or out.content is not None or out.usage != Usage()):
+            share = ModelUsage(model=out.model, llm_calls=1, usage=out.usage)
+            self.models = ModelUsage.merged(self.models, (share,))
 
     async def _run_call(self, message_id: str, index: int, ref: ToolCallRef) -> str | None:
         """Carry out one tool call, once approved if it needs to be; returns a note for
@@ -504,6 +515,7 @@ class AgentLoop:
                 static_summary=f"sub-agent {prep.agent}: {prep.task[:100]}",
             )
             ok, text, usage = True, outcome.result, outcome.usage
+            self.models = ModelUsage.merged(self.models, outcome.models)
             self._took(outcome.commit)  # a failed sub-agent's commits are not taken
         except ChildWorkflowError as err:
             cause = err.cause
@@ -515,6 +527,7 @@ class AgentLoop:
                 details = subtask_failure_details(cause)
                 if details is not None:
                     usage = details.usage
+                    self.models = ModelUsage.merged(self.models, details.models)
             else:
                 text = str(cause or err)
             ok = False

@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.inputs import InvalidInput, plan_input_from_value
     from durable_plans.domain.models import (
         ErrorInfo,
+        ModelUsage,
         Plan,
         PlanReport,
         PlanStatus,
@@ -236,6 +237,7 @@ class PlanWorkflow(PauseHandlers):
             update={
                 "llm_calls": prior.llm_calls + result.llm_calls,
                 "usage": prior.usage + result.usage,
+                "models": ModelUsage.merged(prior.models, result.models),
                 "retries": prior.retries + 1,
             }
         )
@@ -600,6 +602,7 @@ class PlanWorkflow(PauseHandlers):
                     result=excerpt(outcome.result, excerpt_limit(plan)),
                     llm_calls=outcome.llm_calls,
                     usage=outcome.usage,
+                    models=outcome.models,
                     session_id=outcome.branch_session_id,
                     commit=outcome.commit,
                 )
@@ -624,6 +627,7 @@ class PlanWorkflow(PauseHandlers):
                     error=error,
                     llm_calls=details.llm_calls if details else 0,
                     usage=details.usage if details else Usage(),
+                    models=details.models if details else (),
                     session_id=details.branch_session_id if details else None,
                     commit=details.commit if details else None,
                 )
@@ -722,5 +726,6 @@ class PlanWorkflow(PauseHandlers):
                     ),
                     llm_calls=prior.llm_calls if prior else 0,
                     usage=prior.usage if prior else Usage(),
+                    models=prior.models if prior else (),
                     retries=prior.retries if prior else 0,
                 )

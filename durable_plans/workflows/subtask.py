@@ -134,6 +134,7 @@ class SubtaskWorkflow(ApprovalHandlers):
         def failure_details() -> SubtaskFailureDetails:
             return SubtaskFailureDetails(
                 llm_calls=loop.llm_calls,
+                models=loop.models,
                 usage=loop.usage,
                 branch_session_id=branch,
                 commit=loop.head,
@@ -154,6 +155,7 @@ class SubtaskWorkflow(ApprovalHandlers):
             return SubtaskOutcome(
                 result=answer,
                 llm_calls=loop.llm_calls,
+                models=loop.models,
                 usage=loop.usage,
                 branch_session_id=branch,
                 commit=loop.head,
