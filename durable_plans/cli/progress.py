@@ -301,6 +301,13 @@ async def _sleep_or_done(seconds: float, until: asyncio.Future[Any] | None) -> N
 # --------------------------------------------------------------------------- final report
 
 
+def _models_cell(result: SubtaskResult) -> str:
+    if not result.models:
+        return ""
+    more = len(result.models) - 1
+    return result.models[-1].model + (f" +{more}" if more else "")
+
+
 def _model_lines(report: PlanReport) -> list[Text]:
     """Each subtask answered by more than one model (a fallback took over): what each
     model answered and what it cost."""
@@ -333,8 +340,9 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
     table.add_column("subtask", style="bold", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("agent", no_wrap=True)
-    # Which model answered: the agent's own, or its fallback when the first kept failing.
-    table.add_column("model", no_wrap=True, overflow="ellipsis", max_width=40)
+    # Which model answered: the agent's own, or its fallback when the first kept failing
+    # (the last to answer; "+N": N others did too, listed under the table).
+    table.add_column("model", no_wrap=True, overflow="ellipsis", max_width=32)
     table.add_column("calls", justify="right", no_wrap=True)
     table.add_column("tokens", justify="right", no_wrap=True)
     table.add_column("cost", justify="right", no_wrap=True)
@@ -351,7 +359,7 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
             r.id,
             Text(r.status.value + (f" ↻{r.retries}" if r.retries else ""), style=style),
             r.agent,
-            ", ".join(m.model for m in r.models),
+            _models_cell(r),
             str(r.llm_calls),
             f"{r.usage.total_tokens:,}",
             f"${r.usage.cost_usd:.4f}",
