@@ -77,8 +77,13 @@ class Cdp:
             await asyncio.sleep(0.1)
         raise TimeoutError(f"{expression!r} was still {value!r} after {timeout_s:g}s")
 
-    async def screenshot(self, path: Path) -> Path:
-        shot = await self.call("Page.captureScreenshot", format="png")
+    async def screenshot(self, path: Path, *, scale: float = 1.0) -> Path:
+        """A PNG of the viewport; ``scale`` < 1 makes a smaller picture (for docs)."""
+        params: dict[str, Any] = {"format": "png"}
+        if scale != 1.0:
+            size = await self.evaluate("[window.innerWidth, window.innerHeight]")
+            params["clip"] = {"x": 0, "y": 0, "width": size[0], "height": size[1], "scale": scale}
+        shot = await self.call("Page.captureScreenshot", **params)
         await asyncio.to_thread(path.write_bytes, base64.b64decode(shot["data"]))
         return path
 

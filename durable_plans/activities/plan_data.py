@@ -25,10 +25,12 @@ from temporalio.exceptions import ApplicationError
 from durable_plans.domain.contracts import (
     ACT_PLAN_DATA_CHECK,
     ACT_PLAN_DATA_SAVE,
+    ACT_PLAN_DATA_SAVE_REPORT,
     PlanDataCheckInput,
     PlanDataSaveInput,
+    PlanDataSaveReportInput,
 )
-from durable_plans.domain.models import Message, Plan, SessionMeta
+from durable_plans.domain.models import Message, Plan, PlanReport, SessionMeta
 from durable_plans.domain.plan_data import (
     PlanDataRef,
     content_hash,
@@ -82,6 +84,14 @@ async def get_data(store: SessionStore, ref: PlanDataRef) -> bytes:
     return data
 
 
+async def stored_report(store: SessionStore, ref: PlanDataRef) -> PlanReport:
+    """A big plan's whole report, as its summary's ``full_report`` names it."""
+    try:
+        return PlanReport.model_validate_json(await get_data(store, ref))
+    except ValueError:
+        raise unavailable(ref, "is not a plan report") from None
+
+
 async def stored_plan(store: SessionStore, ref: PlanDataRef) -> Plan:
     """The full plan ``ref`` names, read once per worker."""
     cached = _plans.get(ref.sha256)
@@ -108,6 +118,13 @@ class PlanDataActivities:
         """Keep the full plan in the store (a local activity: the plan itself never
         enters the history, only the reference this returns)."""
         return await put_data(self._store, plan_bytes(inp.plan))
+
+    @activity.defn(name=ACT_PLAN_DATA_SAVE_REPORT)
+    async def plan_data_save_report(self, inp: PlanDataSaveReportInput) -> PlanDataRef:
+        """Keep a big plan's whole report in the store (a local activity: the report
+        never enters the history); its summary names the reference."""
+        data = inp.report.model_dump_json(exclude_defaults=True).encode("utf-8")
+        return await put_data(self._store, data)
 
     @activity.defn(name=ACT_PLAN_DATA_CHECK)
     async def plan_data_check(self, inp: PlanDataCheckInput) -> PlanDataRef:

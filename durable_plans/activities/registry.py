@@ -55,6 +55,7 @@ class PlanActivities:
             self.sessions.branch_spend,
             self.plan_data.plan_data_save,
             self.plan_data.plan_data_check,
+            self.plan_data.plan_data_save_report,
             self.llm.call_llm,
             self.tools.run_tool,
             self.delegation.delegate,

@@ -26,6 +26,7 @@ from durable_plans._errors import (
     Refused,
     StatusUnavailable,
 )
+from durable_plans.activities.plan_data import stored_report
 from durable_plans.client._approvals import (
     PendingCall,
     check_decision,
@@ -70,6 +71,7 @@ from durable_plans.domain.plan_loader import (
     validate_plan,
 )
 from durable_plans.session_store import SessionStore
+from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
 
 __all__ = ["Client", "agents_of", "load_plan"]
@@ -193,6 +195,24 @@ class Client:
     async def status(self, plan_id: str) -> PlanReport:
         """The plan's report now: live while it runs, final once it ended."""
         return await plan_status(self._temporal, plan_id)
+
+    async def full_report(self, plan_id: str) -> PlanReport:
+        """The plan's final report with every subtask's row. A plan of more than 1,000
+        subtasks reports a summary (``PlanReport.omitted`` rows left out) naming the whole
+        report (``full_report``), kept in the workers' session store: read from the
+        store given to ``use_plan_store``, else from ``DPLAN_SESSION_STORE`` (which must
+        then be the workers' store); an ``ApplicationError`` ``PlanDataUnavailable`` when
+        it is not there."""
+        report = await self.report(plan_id)
+        if report.full_report is None:
+            return report
+        if self._plan_store is not None:
+            return await stored_report(self._plan_store, report.full_report)
+        store = await open_session_store(self._settings.session_store)
+        try:
+            return await stored_report(store, report.full_report)
+        finally:
+            await store.close()
 
     async def list(
         self, *, status: str | None = None, query: str | None = None, limit: int = 50

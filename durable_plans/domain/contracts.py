@@ -21,7 +21,7 @@ from durable_plans.domain.models import (
     SubtaskResult,
     Usage,
 )
-from durable_plans.domain.plan_data import PlanDataRef
+from durable_plans.domain.plan_data import PackedPlan, PlanDataRef
 from durable_plans.domain.tools_config import McpServerTools, ToolSchema
 from durable_plans.domain.workspace import WorkspaceRef, WorkspaceStart
 
@@ -53,6 +53,7 @@ ACT_WORKSPACE_PUBLISH = "workspace_publish"
 # A plan's data by reference (domain/plan_data.py): kept in the session store, checked.
 ACT_PLAN_DATA_SAVE = "plan_data_save"
 ACT_PLAN_DATA_CHECK = "plan_data_check"
+ACT_PLAN_DATA_SAVE_REPORT = "plan_data_save_report"
 
 # Sub-agents nest at most this deep (the root session is depth 0).
 MAX_SUBAGENT_DEPTH = 3
@@ -364,10 +365,17 @@ class PlanInput(_Payload):
     # The plan's full data in the session store (domain/plan_data.py); ``plan`` is then
     # its lean form, descriptions cut to excerpts. None: ``plan`` is the whole plan.
     plan_data: PlanDataRef | None = None
+    # A plan by reference continued as new: its progress (results, merged, branches,
+    # prior) packed here instead of in those fields, which are then empty.
+    carried: PackedPlan | None = None
 
 
 class PlanDataSaveInput(_Payload):
     plan: Plan
+
+
+class PlanDataSaveReportInput(_Payload):
+    report: PlanReport
 
 
 class PlanDataCheckInput(_Payload):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, model_validator
 
@@ -374,6 +374,32 @@ class Counts(_Frozen):
         return cls(**tally)
 
 
+class PlanDataRef(_Frozen):
+    """Where data too big for a payload is kept: the session store, under its content
+    hash (``domain.plan_data``): a big plan's full JSON, a big plan's full report."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)  # bytes of the UTF-8 JSON
+
+    @property
+    def label(self) -> str:
+        return f"sha256:{self.sha256[:16]}"
+
+
+# The order a summary lists rows in: what needs a look first.
+_SUMMARY_ORDER: Final = (
+    SubtaskStatus.FAILED,
+    SubtaskStatus.PAUSED,
+    SubtaskStatus.CANCELLED,
+    SubtaskStatus.SKIPPED,
+    SubtaskStatus.RUNNING,
+    SubtaskStatus.PENDING,
+    SubtaskStatus.COMPLETED,
+)
+
+
 class PlanReport(_Frozen):
     plan_id: str
     status: PlanStatus
@@ -384,17 +410,49 @@ class PlanReport(_Frozen):
     # What the plan did to the workspace (base, result commit, branch); None for a run
     # recorded before the workspace was kept in git, or one that has not resolved it yet.
     workspace: WorkspaceSummary | None = None
+    # A summary (a plan of thousands of subtasks): ``subtasks`` lists some rows and
+    # ``omitted`` says how many more there are; counts and usage are the whole plan's.
+    # ``full_report`` is where the whole report is kept once the plan ended.
+    omitted: NonNegativeInt = 0
+    full_report: PlanDataRef | None = None
 
     @property
     def finished(self) -> bool:
         """Every subtask has its final status (a plan may be failed long before that)."""
+        if self.omitted:
+            return not (self.counts.pending or self.counts.running or self.counts.paused)
         return all(r.status.is_terminal for r in self.subtasks)
 
     @model_validator(mode="after")
     def _counts_add_up(self) -> PlanReport:
-        if self.counts != Counts.of(r.status for r in self.subtasks):
-            raise ValueError("report counts do not match the subtask statuses")
+        listed = Counts.of(r.status for r in self.subtasks)
+        if not self.omitted:
+            if self.counts != listed:
+                raise ValueError("report counts do not match the subtask statuses")
+            return self
+        whole = self.counts.model_dump()
+        if self.counts.total != len(self.subtasks) + self.omitted or any(
+            n > whole[key] for key, n in listed.model_dump().items()
+        ):
+            raise ValueError("report counts do not match the subtask statuses and omitted")
         return self
+
+    def summary(self, rows: int, *, full_report: PlanDataRef | None = None) -> PlanReport:
+        """This report listing at most ``rows`` subtasks, chosen by what needs a look
+        first (failed, paused, cancelled, skipped, running, pending, then completed) and
+        listed in plan order; counts, usage and status stay the whole plan's."""
+        if len(self.subtasks) <= rows:
+            return self.model_copy(update={"full_report": full_report})
+        rank = {status: i for i, status in enumerate(_SUMMARY_ORDER)}
+        order = sorted(range(len(self.subtasks)), key=lambda i: rank[self.subtasks[i].status])
+        keep = sorted(order[:rows])
+        return self.model_copy(
+            update={
+                "subtasks": tuple(self.subtasks[i] for i in keep),
+                "omitted": len(self.subtasks) - len(keep) + self.omitted,
+                "full_report": full_report,
+            }
+        )
 
     @classmethod
     def build(

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from durable_plans.domain.models import Plan, Subtask
+from durable_plans.domain.models import Plan, PlanDataRef, Subtask
 
 __all__ = [
     "INLINE_PLAN_BYTES",
@@ -69,19 +69,6 @@ PACKED_FIELD: Final = "packed_plan"
 
 class PlanDataError(ValueError):
     """Plan data that cannot be used: one line saying which and why."""
-
-
-class PlanDataRef(BaseModel):
-    """Where a plan's full data is (the session store, keyed by its content hash)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    size: int = Field(ge=0)  # bytes of the UTF-8 JSON
-
-    @property
-    def label(self) -> str:
-        return f"sha256:{self.sha256[:16]}"
 
 
 class PackedPlan(BaseModel):

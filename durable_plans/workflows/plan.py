@@ -40,12 +40,14 @@ with workflow.unsafe.imports_passed_through():
         ACT_MERGE_RESULTS,
         ACT_PLAN_DATA_CHECK,
         ACT_PLAN_DATA_SAVE,
+        ACT_PLAN_DATA_SAVE_REPORT,
         PLAN_WORKFLOW,
         BranchSpendInput,
         BranchSpendOutput,
         MergeResultsInput,
         PlanDataCheckInput,
         PlanDataSaveInput,
+        PlanDataSaveReportInput,
         PlanInput,
         SubtaskFailureDetails,
         SubtaskInput,
@@ -73,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
         Plan,
         PlanReport,
         PlanStatus,
+        Subtask,
         SubtaskResult,
         SubtaskStatus,
         Usage,
@@ -86,11 +89,17 @@ with workflow.unsafe.imports_passed_through():
         PlanDataRef,
         content_hash,
         lean_plan,
+        pack,
         plan_bytes,
         unpack,
     )
     from durable_plans.domain.plan_loader import MAX_PLAN_BYTES, validate_plan
-    from durable_plans.domain.scheduling import DagIndex, blocked_by_failure, ready_subtasks
+    from durable_plans.domain.scheduling import (
+        DEAD_STATUSES,
+        DagIndex,
+        blocked_by_failure,
+        ready_subtasks,
+    )
     from durable_plans.domain.tool_contracts import (
         ACT_LIST_MCP_TOOLS,
         ListMcpToolsInput,
@@ -107,7 +116,6 @@ from durable_plans.workflows.store_ops import store_op
 from durable_plans.workflows.subtask import SubtaskWorkflow
 from durable_plans.workflows.visibility import PlanVisibility, subtask_search_attributes
 from durable_plans.workflows.workspace import (
-    completed_commits,
     open_base,
     publish_result,
     result_commits,
@@ -116,12 +124,17 @@ from durable_plans.workflows.workspace import (
 )
 
 MAX_RESULT_EXCERPT = 4000
+# A plan by reference of more subtasks than this gets summary reports (``PlanReport.
+# summary``): status queries, its result, its failure's details and its webhook list this
+# many rows at most; the whole report is kept in the session store when it ends.
+REPORT_ROWS = 1000
 PAYLOAD_BUDGET_CHARS = 400_000  # carried results stay far below the 512 KiB warning
 
 
-def excerpt_limit(plan: Plan) -> int:
-    """Per-subtask result size kept in workflow state, so carried progress stays small."""
-    return max(200, min(MAX_RESULT_EXCERPT, PAYLOAD_BUDGET_CHARS // len(plan.subtasks)))
+def excerpt_limit(plan: Plan, *, floor: int = 200) -> int:
+    """Per-subtask result size kept in workflow state, so carried progress stays small
+    (a plan of thousands takes a lower floor: its whole result is in its branch)."""
+    return max(floor, min(MAX_RESULT_EXCERPT, PAYLOAD_BUDGET_CHARS // len(plan.subtasks)))
 
 
 def excerpt(text: str, limit: int) -> str:
@@ -183,6 +196,10 @@ class PlanWorkflow(PauseHandlers):
         self._published: WorkspaceSummary | None = None
         # The first input came packed (``domain.plan_data``): the run stores it first.
         self._packed = False
+        # Subtasks by id, and how many leading ones are merged: a plan of thousands looks
+        # them up on every start and merge, which a scan of the plan would make quadratic.
+        self._subtasks: dict[str, Subtask] = {}
+        self._merge_from = 0
 
     def _wake(self) -> None:
         """Something changed: the scheduler looks again."""
@@ -192,7 +209,21 @@ class PlanWorkflow(PauseHandlers):
 
     @workflow.query
     def status(self) -> PlanReport:
-        return self._report()
+        return self._small(self._report())
+
+    def _summarized(self) -> bool:
+        """Whether this plan's reports list only some rows (``REPORT_ROWS``): a plan by
+        reference of more subtasks than that, whose full report would not fit a payload."""
+        inp, plan = self._inp, self._plan
+        return (
+            inp is not None
+            and plan is not None
+            and inp.plan_data is not None
+            and len(plan.subtasks) > REPORT_ROWS
+        )
+
+    def _small(self, report: PlanReport, ref: PlanDataRef | None = None) -> PlanReport:
+        return report.summary(REPORT_ROWS, full_report=ref) if self._summarized() else report
 
     def _report(self) -> PlanReport:
         plan = self._plan
@@ -274,6 +305,38 @@ class PlanWorkflow(PauseHandlers):
             mcp_tools=self._mcp_tools,
             plan_data=inp.plan_data,
         )
+
+    def _continued(self, inp: PlanInput) -> PlanInput:
+        """The next run's input: for a plan by reference, the carried progress packed
+        (it grows with every subtask, and compresses well), so a 10,000-subtask plan's
+        continue-as-new input stays a fraction of one payload."""
+        carried = self._carry(inp)
+        if carried.plan_data is None:
+            return carried
+        packed = pack(
+            {
+                "results": [
+                    r.model_dump(mode="json", exclude_defaults=True) for r in carried.results
+                ],
+                "merged": list(carried.merged),
+                "branches": [list(b) for b in carried.branches],
+                "prior": [r.model_dump(mode="json", exclude_defaults=True) for r in carried.prior],
+            }
+        )
+        empty: dict[str, object] = {"results": (), "merged": (), "branches": (), "prior": ()}
+        return carried.model_copy(update={**empty, "carried": packed})
+
+    @staticmethod
+    def _unpacked_carry(inp: PlanInput) -> PlanInput:
+        if inp.carried is None:
+            return inp
+        try:
+            value = unpack(inp.carried, limit=MAX_PLAN_BYTES)
+            data = inp.model_dump(mode="json", exclude={"carried"})
+            return PlanInput.model_validate({**data, **value})
+        except (PlanDataError, ValueError) as err:
+            line = f"carried: {str(err).splitlines()[0]}"
+            raise invalid_plan_error(f"invalid plan {inp.plan.id!r}: {line}", [line]) from None
 
     # ------------------------------------------------------------------ run
 
@@ -357,7 +420,7 @@ class PlanWorkflow(PauseHandlers):
         inp = self._decode(raw)
         if self._packed or inp.plan_data is not None:
             workflow.patched(versions.PLAN_DATA_REF)
-            inp = await self._by_reference(inp)
+            inp = await self._by_reference(self._unpacked_carry(inp))
         plan = inp.plan
         self._plan = plan
         catalog = AgentCatalog(agents=inp.agents) if inp.agents else BUILTIN_CATALOG
@@ -365,6 +428,7 @@ class PlanWorkflow(PauseHandlers):
         if problems:
             raise invalid_plan_error(f"invalid plan {plan.id!r}: " + "; ".join(problems), problems)
         self._dag = DagIndex(plan)
+        self._subtasks = {s.id: s for s in plan.subtasks}
         # Asked here, once, whatever happens next: a patch asked at a moment that depends
         # on timing would be answered differently by a run and its replay.
         self._git = workflow.patched(versions.GIT_WORKSPACE)
@@ -401,25 +465,33 @@ class PlanWorkflow(PauseHandlers):
             await self._cancel_everything(plan)
             await self._publish(plan)
             self._visibility.end(self._report(), PlanStatus.CANCELLED)
-            await self._notify(plan, self._report())
+            await self._notify(plan, self._small(self._report()))
             raise
         if carried_over:
             # The memo goes along explicitly: the server starts the next run without one,
             # and until that run's first task upserts it again, ``dplan list`` and Temporal
             # Web would show a paused plan with no goal, no size and no reason.
-            workflow.continue_as_new(self._carry(inp), memo=workflow.memo())
+            workflow.continue_as_new(self._continued(inp), memo=workflow.memo())
 
         await self._publish(plan)
-        report = self._report()
-        self._visibility.end(report)
+        full = self._report()
+        self._visibility.end(full)
+        report = full
+        if self._summarized():
+            # The whole report goes to the store (a local activity: it never enters the
+            # history); the result, the failure's details and the webhook get a summary.
+            ref = await self._plan_data_op(
+                plan, ACT_PLAN_DATA_SAVE_REPORT, PlanDataSaveReportInput(report=full)
+            )
+            report = self._small(full, ref)
         await self._notify(plan, report)
         if report.status is PlanStatus.FAILED:
-            failed = [r for r in report.subtasks if r.status is SubtaskStatus.FAILED]
+            failed = [r for r in full.subtasks if r.status is SubtaskStatus.FAILED]
             first = failed[0]
             assert first.error is not None
             raise plan_failed_error(
-                f"plan {plan.id!r} failed: {report.counts.failed} of {len(report.subtasks)} "
-                f"subtasks failed, {report.counts.skipped} skipped; first failure: "
+                f"plan {plan.id!r} failed: {full.counts.failed} of {len(full.subtasks)} "
+                f"subtasks failed, {full.counts.skipped} skipped; first failure: "
                 f"{first.id}: {first.error.type}: {first.error.message}",
                 report,
             )
@@ -526,12 +598,14 @@ class PlanWorkflow(PauseHandlers):
         statuses = self._statuses()
         dag = self._dag
         assert dag is not None  # built by run() before anything is scheduled
-        for sid, root in blocked_by_failure(dag, statuses).items():
+        # Only a failure, cancellation or skip blocks anything: without one, no pass.
+        dead = any(s in DEAD_STATUSES for s in statuses.values())
+        for sid, root in (blocked_by_failure(dag, statuses) if dead else {}).items():
             root_status = statuses.get(root, SubtaskStatus.FAILED).value
             self._results[sid] = SubtaskResult(
                 id=sid,
                 status=SubtaskStatus.SKIPPED,
-                agent=plan.subtask(sid).agent,
+                agent=self._subtasks[sid].agent,
                 error=ErrorInfo(
                     type=FailureType.DEPENDENCY_FAILED, message=f"{root} {root_status}"
                 ),
@@ -545,7 +619,7 @@ class PlanWorkflow(PauseHandlers):
             self._start(plan, sid, inp)
 
     def _start(self, plan: Plan, sid: str, inp: PlanInput) -> None:
-        sub = plan.subtask(sid)
+        sub = self._subtasks[sid]
         prior = self._prior.get(sid)
         retries = prior.retries + 1 if prior is not None else 0
         self._attempt[sid] = retries
@@ -554,7 +628,7 @@ class PlanWorkflow(PauseHandlers):
             subtask=sub,
             base_session_id=default_session_id(plan),
             dependency_branches=tuple((d, self._branches[d]) for d in sub.depends_on),
-            dependency_descriptions=tuple(plan.subtask(d).description for d in sub.depends_on),
+            dependency_descriptions=tuple(self._subtasks[d].description for d in sub.depends_on),
             budget=self.pause_desk.budget,
             agents=inp.agents,
             root_session_id=default_session_id(plan),
@@ -570,14 +644,23 @@ class PlanWorkflow(PauseHandlers):
     def _workspace_start(self, plan: Plan, sid: str, retries: int) -> WorkspaceStart | None:
         """Where the attempt's tree starts: the base, and its dependencies' results (all
         completed, or it would not be starting) for the subtask to merge."""
-        if self._base is None:
+        if self._base is None or self._dag is None:
             return None
-        sub = plan.subtask(sid)
+        sub = self._subtasks[sid]
+        # completed_commits(plan, results, deps), without a pass over the whole plan.
+        order = sorted(dict.fromkeys(sub.depends_on), key=self._dag.position.__getitem__)
+        parents = tuple(
+            (dep, row.commit)
+            for dep in order
+            if (row := self._results.get(dep)) is not None
+            and row.status is SubtaskStatus.COMPLETED
+            and row.commit
+        )
         return WorkspaceStart(
             plan_id=plan.id,
             tree=subtask_tree(self._plan_run_id, sid, retries),
             base=self._base,
-            parents=completed_commits(plan, self._results, frozenset(sub.depends_on)),
+            parents=parents,
             identity=subtask_identity(sub.agent, sid, plan.id),
         )
 
@@ -599,7 +682,10 @@ class PlanWorkflow(PauseHandlers):
                     id=sid,
                     status=SubtaskStatus.COMPLETED,
                     agent=agent,
-                    result=excerpt(outcome.result, excerpt_limit(plan)),
+                    result=excerpt(
+                        outcome.result,
+                        excerpt_limit(plan, floor=80 if self._summarized() else 200),
+                    ),
                     llm_calls=outcome.llm_calls,
                     usage=outcome.usage,
                     models=outcome.models,
@@ -652,7 +738,10 @@ class PlanWorkflow(PauseHandlers):
         """
         merged = set(self._merged)
         batch: list[tuple[str, str]] = []
-        for st in plan.subtasks:
+        subtasks = plan.subtasks
+        while self._merge_from < len(subtasks) and subtasks[self._merge_from].id in merged:
+            self._merge_from += 1  # merged ids only ever grow: the prefix only lengthens
+        for st in subtasks[self._merge_from :]:
             if st.id in merged:
                 continue
             result = self._results.get(st.id)

@@ -177,6 +177,7 @@ async def test_a_layered_plan_is_drawn_and_updates_live(harness: Harness, tmp_pa
         await cdp.wait_for("document.querySelectorAll('#conversation .msg').length > 0")
         conversation = await cdp.evaluate("document.getElementById('conversation').innerText")
         assert "list_dir" in conversation and "Step 3.2" in conversation
+        await cdp.screenshot(tmp_path / "ui-plan-page.png", scale=0.6)  # docs/plan-page.png
         link = await cdp.evaluate("document.querySelector('#panel a').href")
         assert link.endswith(f"/workflows/{plan.id}%2FL3-2")
         # The timeline shows when each subtask ran.

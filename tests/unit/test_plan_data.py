@@ -17,7 +17,15 @@ from durable_plans.activities.plan_data import (
 )
 from durable_plans.activities.sessions import begin_branch
 from durable_plans.domain.contracts import BeginSubtaskInput, PlanDataCheckInput
-from durable_plans.domain.models import Plan, Subtask
+from durable_plans.domain.models import (
+    ErrorInfo,
+    Plan,
+    PlanReport,
+    Subtask,
+    SubtaskResult,
+    SubtaskStatus,
+    Usage,
+)
 from durable_plans.domain.plan_data import (
     INLINE_PLAN_BYTES,
     LEAN_MARK,
@@ -220,3 +228,71 @@ async def test_a_branch_is_built_with_the_whole_stored_descriptions(store: Sessi
     messages = await store.read("base:t1")
     assert messages[-1].content == plan.subtask("t1").description
     assert any(plan.subtask("t0").description in (m.content or "") for m in messages[:-1])
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+def _rows(count: int) -> list[SubtaskResult]:
+    rows: list[SubtaskResult] = []
+    for i in range(count):
+        if i % 10 == 3:
+            failure = ErrorInfo(type="Boom", message="it broke")
+            rows.append(
+                SubtaskResult(id=f"s{i}", status=SubtaskStatus.FAILED, agent="a", error=failure)
+            )
+        elif i % 10 == 4:
+            rows.append(SubtaskResult(id=f"s{i}", status=SubtaskStatus.PENDING, agent="a"))
+        else:
+            rows.append(
+                SubtaskResult(
+                    id=f"s{i}",
+                    status=SubtaskStatus.COMPLETED,
+                    agent="a",
+                    result="ok",
+                    usage=Usage(prompt_tokens=2, completion_tokens=1),
+                )
+            )
+    return rows
+
+
+def test_a_summary_lists_what_needs_a_look_first_and_keeps_the_whole_counts() -> None:
+    full = PlanReport.build("p", _rows(50))
+    ref = PlanDataRef(sha256="c" * 64, size=123)
+    summary = full.summary(12, full_report=ref)
+
+    assert (summary.counts, summary.usage, summary.status) == (full.counts, full.usage, full.status)
+    assert summary.omitted == 38 and len(summary.subtasks) == 12
+    assert summary.full_report == ref
+    listed = [r.id for r in summary.subtasks]
+    # All 5 failures and all 5 pending, then the first completed; listed in plan order.
+    assert listed == [
+        "s0",
+        "s1",
+        "s3",
+        "s4",
+        "s13",
+        "s14",
+        "s23",
+        "s24",
+        "s33",
+        "s34",
+        "s43",
+        "s44",
+    ]
+    assert not summary.finished
+    again = PlanReport.model_validate_json(summary.model_dump_json())
+    assert again == summary
+    # Small enough already: listed whole.
+    assert full.summary(50) == full
+    assert full.summary(50).omitted == 0
+
+
+def test_a_summary_cannot_claim_rows_the_counts_do_not_have() -> None:
+    full = PlanReport.build("p", _rows(20))
+    summary = full.summary(5)
+    data = summary.model_dump(mode="json")
+    with pytest.raises(ValueError, match="omitted"):
+        PlanReport.model_validate({**data, "omitted": summary.omitted + 1})
+    with pytest.raises(ValueError, match="do not match"):
+        PlanReport.model_validate({**data, "omitted": 0})

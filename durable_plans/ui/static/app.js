@@ -270,8 +270,11 @@
       this.graph.select(id);
       const base = "#/plan/" + encodeURIComponent(this.planId);
       history.replaceState(null, "", id ? base + "/" + encodeURIComponent(id) : base);
+      const wasOpen = !$("panel").hidden;
       if (id) P.showSubtask(this, id);
       else $("panel").hidden = true;
+      // The canvas changed width: fit the graph to it again, the chosen node in view.
+      if (wasOpen !== Boolean(id)) this.graph.fit();
     }
 
     async act(action, body) {
@@ -301,6 +304,7 @@
     }
 
     stop() {
+      clearInterval(this.timelineTimer);
       this.closed = true;
       if (this.source) this.source.close();
     }
@@ -316,7 +320,13 @@
     document.querySelectorAll("#toolbar .tab").forEach((b) => b.classList.toggle("active", b.dataset.view === name));
     $("graph").style.display = name === "graph" ? "" : "none";
     $("timeline").hidden = name !== "timeline";
-    if (name === "timeline") page.graph.renderTimeline($("timeline"));
+    clearInterval(page.timelineTimer);
+    if (name === "timeline") {
+      page.graph.renderTimeline($("timeline"));
+      // Visibility lags a little behind the plan: read it again while it is shown.
+      page.refreshTimeline();
+      page.timelineTimer = setInterval(() => page.refreshTimeline(), 3000);
+    }
   }
 
   async function route() {

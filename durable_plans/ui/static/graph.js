@@ -71,14 +71,15 @@
     const prev = new Map();
     let end = null;
     for (const s of order) {
-      let best = 0;
+      let best = -1; // any dependency continues the chain, even one not timed yet
       let from = null;
       for (const dep of s.depends_on) {
         if (dist.has(dep) && dist.get(dep) > best) { best = dist.get(dep); from = dep; }
       }
-      dist.set(s.id, best + weight(s.id));
+      dist.set(s.id, Math.max(best, 0) + weight(s.id));
       prev.set(s.id, from);
-      if (end === null || dist.get(s.id) > dist.get(end)) end = s.id;
+      // Ties go to the deeper subtask: the chain ends where the plan ends.
+      if (end === null || dist.get(s.id) >= dist.get(end)) end = s.id;
     }
     const nodes = new Set();
     const edges = new Set();
@@ -430,7 +431,7 @@
     fit() {
       const box = this.svg.getBoundingClientRect();
       const k = Math.min(box.width / this.width, box.height / this.height, 1.2);
-      this.view = { k, x: (box.width - this.width * k) / 2, y: Math.max(0, (box.height - this.height * k) / 2) };
+      this.view = { k, x: (box.width - this.width * k) / 2, y: 8 };
       this.apply();
     }
 
