@@ -20,6 +20,7 @@ from temporalio import activity
 
 from durable_plans.activities import observe
 from durable_plans.activities.budget import ensure_within_budget
+from durable_plans.activities.context_window import call_messages, window_check
 from durable_plans.activities.heartbeat import heartbeating
 from durable_plans.activities.llm_client import LlmClient
 from durable_plans.activities.llm_errors import (
@@ -46,7 +47,7 @@ from durable_plans.domain.ids import assistant_message_id
 from durable_plans.domain.models import FunctionCall, Message, ToolCall, Usage
 from durable_plans.domain.secrets import scrub_secrets, scrub_value
 from durable_plans.domain.streaming import streams_in
-from durable_plans.domain.tool_ids import assign_tool_call_ids, repair_tool_pairing
+from durable_plans.domain.tool_ids import assign_tool_call_ids
 from durable_plans.domain.tools_config import ToolSchema
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
@@ -276,10 +277,11 @@ class LlmActivities:
 
         await ensure_within_budget(self._store, inp.root_session_id, inp.budget)
         litellm = import_litellm()
-        messages = repair_tool_pairing(history)
-        if inp.system_prompt:
-            messages = [Message(id="system", role="system", content=inp.system_prompt), *messages]
+        messages = call_messages(history, inp.system_prompt)  # activities/context_window.py
         kwargs = self.request_kwargs(model, messages, inp.tools, inp.extra_tools)
+        over = window_check(litellm, inp, messages, kwargs, self._settings)
+        if over is not None:  # not sent: the workflow compacts the history first
+            return LlmCallOutput(message_id=msg_id, content=None, model=model, over_window=over)
         with observe.llm_request(model, inp.agent, call_id=msg_id) as request:
             try:
                 async with heartbeating():

@@ -8,6 +8,7 @@ from typing import Any
 from durable_plans.activities.approvals import ApprovalActivities
 from durable_plans.activities.chat_workspace import ChatWorkspaceActivities
 from durable_plans.activities.commands import CommandActivities
+from durable_plans.activities.compaction import CompactionActivities
 from durable_plans.activities.conversation import ConversationActivities
 from durable_plans.activities.delegation import DelegationActivities
 from durable_plans.activities.git_workspace import GitWorkspace
@@ -37,6 +38,7 @@ class PlanActivities:
         self.workspace = WorkspaceActivities(git)
         self.chat_workspace = ChatWorkspaceActivities(git)
         self.delegation = DelegationActivities(store, settings)
+        self.compaction = CompactionActivities(store, settings)
         self.subagents = SubagentActivities(store)
         self.conversation = ConversationActivities(store)
         self.notify = NotifyActivities()
@@ -59,6 +61,7 @@ class PlanActivities:
             self.llm.call_llm,
             self.tools.run_tool,
             self.delegation.delegate,
+            self.compaction.compact_history,
             self.subagents.prepare_spawn,
             self.subagents.finish_spawn,
             self.subagents.append_notes,

@@ -58,6 +58,7 @@ from durable_plans.cli.chat_commands import (
 from durable_plans.cli.chat_live import LiveAnswer
 from durable_plans.cli.chat_render import (
     Screen,
+    compaction_line,
     decision_line,
     event_line,
     files_line,
@@ -265,6 +266,8 @@ class _Chat:
 
     def _show_answer(self, result: SendMessageResult, shown: str | None = None) -> None:
         """The stored answer, unless the stream already showed exactly that text."""
+        for done in result.compactions:
+            self.screen.line(compaction_line(done), "dim")
         if shown is not None and shown.strip() == result.answer.strip():
             pass
         else:

@@ -17,6 +17,7 @@ from rich.status import Status
 from rich.text import Text
 
 from durable_plans.domain.approvals import ApprovalDecision
+from durable_plans.domain.compaction import CompactOutput
 from durable_plans.domain.models import Message
 from durable_plans.domain.session_contracts import (
     AgentSwitchEvent,
@@ -28,6 +29,7 @@ from durable_plans.domain.session_contracts import (
 
 __all__ = [
     "Screen",
+    "compaction_line",
     "event_line",
     "files_line",
     "history_line",
@@ -54,8 +56,15 @@ def _when(at: str) -> str:
         return at
 
 
+# How many lines of a compaction's summary ``/history`` shows.
+SUMMARY_LINES: Final = 40
+
+
 def history_line(message: Message, width: int) -> str:
-    """One screen line for a message: role, then its content and tool calls."""
+    """One screen line for a message: role, then its content and tool calls (a
+    compaction record: what it folded, then its summary, on lines of their own)."""
+    if message.compaction is not None:
+        return _summary_lines(message, width)
     parts: list[str] = []
     if message.content:
         parts.append(message.content)
@@ -66,6 +75,29 @@ def history_line(message: Message, width: int) -> str:
         body = f"{message.name}: {body}"
     prefix = f"{message.role:<9} "
     return prefix + one_line(body, width - len(prefix))
+
+
+def _summary_lines(message: Message, width: int) -> str:
+    info = message.compaction
+    assert info is not None
+    head = (
+        f"{'summary':<9} {info.folded} earlier messages folded ({info.reason}; "
+        f"~{info.tokens_before:,} → ~{info.tokens_after:,} tokens, by {info.model}):"
+    )
+    summary = (message.content or "").partition("\n")[2]
+    lines = [f"{'':<9} {line}" for line in summary.splitlines() if line.strip()]
+    if len(lines) > SUMMARY_LINES:
+        lines = [*lines[:SUMMARY_LINES], f"{'':<9} … ({len(lines) - SUMMARY_LINES} more lines)"]
+    return "\n".join([one_line(head, width), *lines])
+
+
+def compaction_line(done: CompactOutput) -> str:
+    """A compaction that happened during a turn, in one line."""
+    return (
+        f"(history compacted: {done.folded_messages} earlier messages folded into a summary "
+        f"by {done.model}, ~{done.tokens_before:,} → ~{done.tokens_after:,} tokens; "
+        "/history shows it)"
+    )
 
 
 def _files(files: Sequence[str]) -> str:

@@ -70,6 +70,9 @@ class AgentSpec(BaseModel):
     """MCP servers (``"git"``) or single tools (``"git/git_status"``) it may call."""
     run_command: CommandPolicy | None = None
     """What ``run_command`` may run for it (``domain.tools_config``); needs the tool listed."""
+    context_window: int | None = Field(default=None, gt=0)
+    """Its model's context window in tokens, for compaction (``domain/compaction.py``);
+    None: ``DPLAN_CONTEXT_WINDOW``, else litellm's model info."""
 
 
 class UnknownAgentError(KeyError):

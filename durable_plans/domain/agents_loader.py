@@ -106,8 +106,12 @@ AGENT_FIELDS: Final[tuple[str, ...]] = (
     "approval",
     "mcp",
     "run_command",
+    "context_window",
 )
 """The settings an agent entry may give (its name is its key)."""
+
+# An agent's context_window below this could not hold a system prompt and a turn.
+MIN_CONTEXT_WINDOW: Final = 256
 
 TOP_LEVEL_KEYS: Final[tuple[str, ...]] = ("agents", "approval", "mcp_servers")
 """``agents``; ``approval``, the tool approval policy of every agent without its own; and
@@ -437,6 +441,16 @@ def _check_max_turns(value: Any) -> tuple[Any, list[str]]:
     return value, []
 
 
+def _check_context_window(value: Any) -> tuple[Any, list[str]]:
+    if value is None:
+        return None, []
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None, [f": must be an integer (tokens), got {_describe(value)}"]
+    if value < MIN_CONTEXT_WINDOW:
+        return None, [f": must be at least {MIN_CONTEXT_WINDOW} tokens, got {value}"]
+    return value, []
+
+
 def _check_model(value: Any) -> tuple[Any, list[str]]:
     # null (YAML/JSON) says "the worker's DPLAN_MODEL", the same as leaving it out of a new
     # agent; it lets an override undo a model set elsewhere.
@@ -507,6 +521,7 @@ _FIELD_CHECKS: Final[Mapping[str, _Check]] = {
     "system_prompt": _check_system_prompt,
     "tools": _check_tools,
     "max_turns": _check_max_turns,
+    "context_window": _check_context_window,
     "model": _check_model,
     "fallback_models": _check_fallback_models,
     "approval": _check_approval,

@@ -80,6 +80,23 @@ class ToolCall(_Frozen):
     function: FunctionCall
 
 
+class Compaction(_Frozen):
+    """What a compaction record in a session stands for (``domain/compaction.py``).
+
+    The record is a system message whose content is a summary of older messages; the
+    messages themselves stay in the store. From the record on, what is *sent* is the
+    summary in place of every earlier message except the leading system messages and
+    those listed in ``kept`` (the last turns, the task, unanswered tool calls).
+    """
+
+    kept: tuple[str, ...] = ()
+    folded: NonNegativeInt = 0  # messages of the sent history the summary replaced
+    tokens_before: NonNegativeInt = 0  # estimated prompt tokens before and after
+    tokens_after: NonNegativeInt = 0
+    reason: str = ""  # "threshold" or "context window exceeded"
+    model: str = ""  # the model that wrote the summary
+
+
 class Message(_Frozen):
     """One chat message in OpenAI format, plus the store's own deterministic ``id``.
 
@@ -99,6 +116,8 @@ class Message(_Frozen):
     # The model that answered (an assistant message from an LLM call): the agent's own,
     # or one of its fallback models (``activities/model_choice.py``).
     model: str | None = None
+    # Set on a compaction record only (never sent as such: ``domain/compaction.py``).
+    compaction: Compaction | None = None
 
     @property
     def has_tool_calls(self) -> bool:

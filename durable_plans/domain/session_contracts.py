@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from durable_plans.domain.agents import AgentSpec
 from durable_plans.domain.approvals import ApprovalDecision
+from durable_plans.domain.compaction import CompactOutput
 
 # Derived in domain.ids with every other id; re-exported for the callers that found it here.
 from durable_plans.domain.ids import session_workflow_id as session_workflow_id
@@ -142,6 +143,8 @@ class SendMessageResult(_Payload):
     branch: str | None = None
     # Why the branch could not be set to the commit (it then names an earlier one).
     workspace_problem: str | None = None
+    # The history was folded during the turn (``domain/compaction.py``): what and by how much.
+    compactions: tuple[CompactOutput, ...] = ()
 
 
 class SwitchAgentInput(_Payload):

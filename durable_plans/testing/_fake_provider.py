@@ -17,6 +17,10 @@ With ``log_path`` every answered request is also one JSONL line, so another proc
 count them (``read_request_log``); ``_provider_process`` runs the server as a process of
 its own that way (``FakeProviderProcess``, ``python -m durable_plans.testing``).
 
+With ``context_window`` it refuses, as real providers do, every request whose prompt (its
+messages and tools, at about four characters per token) is longer than that many tokens:
+400 ``context_length_exceeded`` worded as OpenAI words it, kept in ``over_window``.
+
 With ``prompt_cache=True`` it caches prompt prefixes as OpenAI does by itself: a
 request whose leading messages (same model, same tools) were already part of an answered
 request reports them as ``usage.prompt_tokens_details.cached_tokens``
@@ -174,6 +178,15 @@ class RecordedRequest:
         }
 
 
+def prompt_tokens_of(messages: list[Any], tools: list[Any]) -> int:
+    """A prompt's length as ``context_window`` counts it: about four characters per token
+    of its messages and tools as JSON (the answers' ``prompt_tokens`` count messages only)."""
+    chars = len(json.dumps(messages, default=str))
+    if tools:
+        chars += len(json.dumps(tools, default=str))
+    return max(1, (chars + 3) // 4)
+
+
 def body_hash(body: Any) -> str:
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -264,6 +277,7 @@ class FakeProvider:
         port: int = 0,
         log_path: Path | str | None = None,
         log_bodies: bool = False,
+        context_window: int | None = None,
         prompt_cache: bool = False,
         chunk_delay_ms: float = 0.0,
         requests_per_s: float | None = None,
@@ -271,6 +285,9 @@ class FakeProvider:
         rate_window_s: float = 1.0,
     ) -> None:
         self.scenario: Scenario = scenario if scenario is not None else AgentScenario()
+        # The model's window in tokens: longer prompts are refused (``_over_window``).
+        self.context_window = context_window
+        self.over_window: list[RecordedRequest] = []
         # A real provider's rate limit (``_fake_rate_limit``): what exceeds it is refused
         # with 429 and Retry-After before the scenario sees it, and kept in ``refused``.
         self.rate_limit = (
@@ -356,6 +373,28 @@ class FakeProvider:
 
     # -- request handling
 
+    def _over_window(
+        self, record: RecordedRequest, messages: list[Any], tools: list[Any]
+    ) -> HttpError | None:
+        """The refusal of a prompt longer than ``context_window``, or None."""
+        if self.context_window is None:
+            return None
+        tokens = prompt_tokens_of(messages, tools)
+        if tokens <= self.context_window:
+            return None
+        record.reason = f"prompt of {tokens} tokens over the {self.context_window}-token window"
+        self.over_window.append(record)
+        return HttpError(
+            status=400,
+            message=(
+                f"This model's maximum context length is {self.context_window} tokens. "
+                f"However, your messages resulted in {tokens} tokens. Please reduce the "
+                "length of the messages."
+            ),
+            error_type="invalid_request_error",
+            code="context_length_exceeded",
+        )
+
     async def _release_streams(self, request: web.Request) -> web.Response:
         self._released.set()
         return web.Response(text="released\n")
@@ -434,6 +473,9 @@ class FakeProvider:
         tools = body.get("tools") if isinstance(body.get("tools"), list) else []
         chat = ChatRequest(body["model"], messages, tools or [], body, key, self._seen[key])
         self._seen[key] += 1
+        too_long = self._over_window(record, messages, tools or [])
+        if too_long is not None:
+            return too_long, chat
         try:
             answer = self.scenario(chat)
             if (

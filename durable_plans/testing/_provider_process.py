@@ -52,6 +52,7 @@ class FakeProviderProcess:
         log_bodies: bool = False,
         startup_timeout_s: float = 20.0,
         chunk_delay_ms: float = 0.0,
+        context_window: int | None = None,
         requests_per_s: float | None = None,
         tokens_per_minute: float | None = None,
     ) -> None:
@@ -59,6 +60,7 @@ class FakeProviderProcess:
         self.requests_per_s = requests_per_s
         self.tokens_per_minute = tokens_per_minute
         self.chunk_delay_ms = chunk_delay_ms
+        self.context_window = context_window
         self.log_bodies = log_bodies
         self.latency_ms = latency_ms
         self.port = port
@@ -79,6 +81,8 @@ class FakeProviderProcess:
             cmd += ["--chunk-delay-ms", str(self.chunk_delay_ms)]
         if self.scenario:
             cmd += ["--scenario", self.scenario]
+        if self.context_window is not None:
+            cmd += ["--context-window", str(self.context_window)]
         if self.requests_per_s is not None:
             cmd += ["--requests-per-s", str(self.requests_per_s)]
         if self.tokens_per_minute is not None:
@@ -184,6 +188,7 @@ async def _serve(args: argparse.Namespace) -> None:
         log_path=args.log,
         log_bodies=args.log_bodies,
         chunk_delay_ms=args.chunk_delay_ms,
+        context_window=args.context_window,
         requests_per_s=args.requests_per_s,
         tokens_per_minute=args.tokens_per_minute,
     )
@@ -207,6 +212,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log", type=Path, default=None, help="JSONL request log")
     parser.add_argument("--log-bodies", action="store_true", help="log request bodies too")
     parser.add_argument("--scenario", default=None, help="module:callable (default: agent)")
+    parser.add_argument(
+        "--context-window", type=int, default=None, help="refuse longer prompts (tokens)"
+    )
     parser.add_argument(
         "--requests-per-s", type=float, default=None, help="rate limit: 429 above it"
     )

@@ -414,6 +414,7 @@ class SessionWorkflow(ApprovalHandlers):
             commit=self._workspace.ref.head if self._workspace is not None else None,
             branch=self._workspace.branch if self._workspace is not None else None,
             workspace_problem=problem,
+            compactions=tuple(loop.compactions),
         )
 
     async def _publish(self, since: str | None) -> tuple[tuple[str, ...], str | None]:

@@ -211,7 +211,8 @@ AGENT_EXPECTATIONS: Mapping[str, tuple[str, ...]] = {
     ),
     "unknown_field.toml": (
         "agents.coder: unknown field 'temperature' "
-        "(known fields: system_prompt, tools, max_turns, model, approval, mcp, run_command)",
+        "(known fields: system_prompt, tools, max_turns, model, fallback_models, approval, mcp, "
+        "run_command, context_window)",
     ),
     "name_field.yaml": (
         "agents.reviewer: unknown field 'name' "

@@ -1,0 +1,250 @@
+"""Compaction on a real server: conversations and subtasks that outgrow the model's window.
+
+The fake provider refuses, as a real one does, every prompt longer than its window
+(``FakeProvider(context_window=...)``: 400 ``context_length_exceeded``). Without
+compaction a conversation of ~600-character messages dies at about its tenth message.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+
+from durable_plans.domain.agents import BUILTIN_CATALOG, AgentSpec
+from durable_plans.domain.compaction import (
+    REASON_EXCEEDED,
+    REASON_THRESHOLD,
+    SUMMARY_SYSTEM_PROMPT,
+    visible_history,
+)
+from durable_plans.domain.models import Message, PlanStatus, Usage
+from durable_plans.domain.session_contracts import (
+    SendMessageInput,
+    SendMessageResult,
+    SessionInput,
+    SessionState,
+    session_workflow_id,
+)
+from durable_plans.domain.tool_ids import strict_violations
+from durable_plans.testing import (
+    AgentScenario,
+    ChatRequest,
+    Completion,
+    FakeProvider,
+    Reply,
+    ToolCallSpec,
+)
+from tests.integration.conftest import Harness, provider_settings, running_worker
+from tests.integration.plans import make_plan, run_plan
+from tests.integration.replay import assert_replays
+from tests.integration.stored import subtask_messages
+
+pytestmark = pytest.mark.integration
+
+WINDOW = 3_000
+FILES = 40
+
+
+@pytest.fixture
+async def small(client: Client, tmp_path: Path) -> AsyncIterator[Harness]:
+    """A worker whose models all have a 3,000-token window (``DPLAN_CONTEXT_WINDOW``)."""
+    async with FakeProvider(latency_ms=0, context_window=WINDOW, scenario=Reader()) as provider:
+        settings = provider_settings(
+            client, provider, tmp_path, context_window=WINDOW, stream="off"
+        )
+        for i in range(FILES):
+            text = f"file {i}\n" + "".join(
+                f"line {k} of file {i}: lorem ipsum\n" for k in range(60)
+            )
+            (settings.workspace / f"big_{i:02}.txt").write_text(text)
+        async with running_worker(client, settings) as (worker, store):
+            yield Harness(
+                client=client, settings=settings, store=store, provider=provider, worker=worker
+            )
+
+
+@pytest.fixture
+async def unknown_window(client: Client, tmp_path: Path) -> AsyncIterator[Harness]:
+    """A provider with a 3,000-token window that the worker does not know of."""
+    async with FakeProvider(latency_ms=0, context_window=WINDOW) as provider:
+        settings = provider_settings(client, provider, tmp_path)
+        async with running_worker(client, settings) as (worker, store):
+            yield Harness(
+                client=client, settings=settings, store=store, provider=provider, worker=worker
+            )
+
+
+class Reader(AgentScenario):
+    """The fake's agent, but an agent told to read the big files reads them one per turn,
+    counting what it read from the messages it is sent and the summaries among them; a
+    summary request is answered with that count, as a real summary would carry it."""
+
+    def __call__(self, request: ChatRequest) -> Reply:
+        first = request.messages[0].get("content") if request.messages else None
+        if first == SUMMARY_SYSTEM_PROMPT:
+            text = " ".join(str(m.get("content") or "") for m in request.messages)
+            return Completion(content=f"Files read so far: {_read_so_far(text)}.")
+        if "big files" not in request.last_user_text:
+            return super().__call__(request)
+        seen = " ".join(
+            str(m.get("content") or "") for m in request.messages if m.get("role") == "system"
+        )
+        done = _summarised(seen) + sum(
+            1 for m in request.messages if m.get("role") == "assistant" and m.get("tool_calls")
+        )
+        if done >= FILES:
+            return Completion(content=f"Read all {FILES} files.")
+        call = ToolCallSpec("read_file", f'{{"path": "big_{done:02}.txt"}}')
+        return Completion(tool_calls=(call,))
+
+
+def _summarised(text: str) -> int:
+    counts = [int(n) for n in re.findall(r"Files read so far: (\d+)", text)]
+    return max(counts, default=0)
+
+
+def _read_so_far(transcript: str) -> int:
+    return _summarised(transcript) + transcript.count("[calls read_file")
+
+
+async def start_session(h: Harness, agent: str) -> WorkflowHandle[object, SessionState]:
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    return await h.client.start_workflow(
+        "SessionWorkflow",
+        SessionInput(session_id=sid, agent=agent),
+        id=session_workflow_id(sid),
+        task_queue=h.task_queue,
+        result_type=SessionState,
+    )
+
+
+async def send(handle: WorkflowHandle[object, SessionState], text: str) -> SendMessageResult:
+    result: SendMessageResult = await handle.execute_update(
+        "send_message", SendMessageInput(text=text), result_type=SendMessageResult
+    )
+    return result
+
+
+def message(i: int) -> str:
+    words = f"Message {i}: please keep this in mind, it is part of a long conversation. "
+    return (words * 10)[:600]
+
+
+def records(messages: list[Message]) -> list[Message]:
+    return [m for m in messages if m.compaction is not None]
+
+
+def paid(provider: FakeProvider) -> Usage:
+    """What the provider served: every completion's tokens, summaries included."""
+    return Usage(
+        prompt_tokens=sum((r.usage or {}).get("prompt_tokens", 0) for r in provider.completions()),
+        completion_tokens=sum(
+            (r.usage or {}).get("completion_tokens", 0) for r in provider.completions()
+        ),
+    )
+
+
+async def test_a_conversation_of_200_messages_answers_every_one(small: Harness) -> None:
+    handle = await start_session(small, "ask")
+    results = [await send(handle, message(i)) for i in range(200)]
+
+    assert all(r.answer.startswith(f"Done: Message {i}:") for i, r in enumerate(results))
+    assert small.provider.over_window == []  # compacted before the window, every time
+    assert small.provider.rejections == []
+    state = await handle.query("state", result_type=SessionState)
+    stored = await small.store.read(state.session_id)
+    # Every original message is still in the store, in order, beside the records.
+    originals = [m for m in stored if m.compaction is None]
+    assert [m.content for m in originals if m.role == "user"] == [message(i) for i in range(200)]
+    assert [m.content for m in originals if m.is_plain_assistant] == [r.answer for r in results]
+    folded = records(stored)
+    reported = [c for r in results for c in r.compactions]
+    assert len(folded) == len(reported) >= 10
+    assert {c.record_id for c in reported} == {m.id for m in folded}
+    assert all(c.tokens_after < c.tokens_before <= WINDOW for c in reported)
+    # The summaries were paid for, charged to the conversation and counted in its usage.
+    assert state.usage == paid(small.provider)
+    assert await small.store.total_usage(state.session_id) == paid(small.provider)
+    sent = visible_history(stored)
+    assert len(sent) < 20 and strict_violations([m.to_openai() for m in sent]) == []
+    before = sum(c.tokens_before for c in reported) / len(reported)
+    after = sum(c.tokens_after for c in reported) / len(reported)
+    print(
+        f"\n[compaction] 200 messages: {len(reported)} compactions, "
+        f"~{before:.0f} -> ~{after:.0f} tokens on average; "
+        f"{len(stored)} messages stored, {len(sent)} sent at the end"
+    )
+    assert await assert_replays(small.client, [handle.id]) >= 1
+
+
+async def test_a_subtask_of_40_large_file_reads_completes(small: Harness) -> None:
+    reader = AgentSpec(
+        name="reader",
+        system_prompt="You read files and report what they hold.",
+        tools=("read_file",),
+        max_turns=60,
+        context_window=WINDOW,
+    )
+    plan = make_plan([("read", "Read the big files one by one", [])], agent="reader")
+    report, failure = await run_plan(
+        small.client, plan, small.task_queue, agents=BUILTIN_CATALOG.merged([reader]).agents
+    )
+
+    assert failure is None and report.status is PlanStatus.COMPLETED
+    (result,) = report.subtasks
+    assert result.result == f"Read all {FILES} files."
+    assert result.llm_calls == FILES + 1
+    assert small.provider.over_window == [] and small.provider.rejections == []
+    branch = await subtask_messages(small.store, report, "read")
+    answers = [m for m in branch if m.role == "tool"]
+    assert [m.content.splitlines()[0] for m in answers if m.content] == [
+        f"file {i}" for i in range(FILES)
+    ]
+    assert len(records(branch)) >= 5
+    assert all(r.compaction and r.compaction.reason == REASON_THRESHOLD for r in records(branch))
+    # The report's usage holds every completion the provider served, summaries included.
+    assert report.usage == paid(small.provider)
+    assert await assert_replays(small.client, [plan.id]) >= 1
+
+
+async def test_a_refusal_over_the_window_compacts_and_tries_again(
+    unknown_window: Harness,
+) -> None:
+    h = unknown_window
+    handle = await start_session(h, "ask")
+    results = [await send(handle, message(i)) for i in range(30)]
+
+    assert all(r.answer.startswith(f"Done: Message {i}:") for i, r in enumerate(results))
+    refused = h.provider.over_window
+    reactive = [c for r in results for c in r.compactions]
+    # The worker does not know the window: every compaction followed a refusal.
+    assert refused and len(reactive) == len(refused)
+    stored = await h.store.read((await handle.query("state", result_type=SessionState)).session_id)
+    assert all(r.compaction and r.compaction.reason == REASON_EXCEEDED for r in records(stored))
+    assert await assert_replays(h.client, [handle.id]) >= 1
+
+
+async def test_a_model_that_refuses_every_time_fails_after_one_compaction(
+    harness: Harness,
+) -> None:
+    handle = await start_session(harness, "ask")
+    for i in range(6):
+        await send(handle, message(i))
+    before = len(harness.provider.requests)
+    with pytest.raises(WorkflowUpdateFailedError) as raised:
+        await send(handle, "Still there? [fail:400:context]")
+
+    assert "ContextWindowExceeded" in str(raised.value.cause)
+    requests = harness.provider.requests[before:]
+    summaries = [r for r in requests if r.messages[0].get("content") == SUMMARY_SYSTEM_PROMPT]
+    # The refused call, one summary, the one retry (refused again), and nothing more.
+    assert [r.status for r in requests] == [400, 200, 400]
+    assert len(summaries) == 1
+    state = await handle.query("state", result_type=SessionState)
+    stored = await harness.store.read(state.session_id)
+    assert len(records(stored)) == 1
