@@ -15,7 +15,7 @@ dev server and worker, side by side:
 Printed per run: the plan's status, wall time, how many requests each model was sent and
 how many the primary refused, and which model the report says answered. Full mode is the
 issue's case — the primary down for a minute, the default thresholds (3 attempts, 60 s);
-``--short`` (CI): a 10 s outage, 2 attempts. Nothing is asserted: numbers to read.
+``--short`` (CI): 2 subtasks, a 6 s outage, 2 attempts. Nothing is asserted: numbers to read.
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def report(runs: Sequence[Run], *, subtasks: int, outage_s: float, after_attempt
 
 
 async def main(short: bool) -> None:
-    subtasks, outage_s, after = (4, 10.0, 2) if short else (8, 60.0, 3)
+    subtasks, outage_s, after = (2, 6.0, 2) if short else (8, 60.0, 3)
     runs = await measure(subtasks=subtasks, outage_s=outage_s, after_attempts=after)
     report(runs, subtasks=subtasks, outage_s=outage_s, after_attempts=after)
 
