@@ -26,7 +26,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 
 from durable_plans._errors import InvalidArgument, Refused
-from durable_plans.client._plans import describe_plan, query_plan
+from durable_plans.client._plans import describe_plan, plan_input_arg, query_plan
 from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
 from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput
 from durable_plans.domain.failures import describe_failure
@@ -177,7 +177,7 @@ async def start_retry(
         )
     await client.start_workflow(
         PLAN_WORKFLOW,
-        new_input,
+        await plan_input_arg(new_input),  # packed when too big to travel whole
         id=plan_id,
         task_queue=task_queue,
         result_type=PlanReport,

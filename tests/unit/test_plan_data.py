@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from temporalio.exceptions import ApplicationError
 
+from durable_plans import InvalidPlan
 from durable_plans.activities.plan_data import (
     PlanDataActivities,
     get_data,
@@ -16,7 +17,8 @@ from durable_plans.activities.plan_data import (
     stored_plan,
 )
 from durable_plans.activities.sessions import begin_branch
-from durable_plans.domain.contracts import BeginSubtaskInput, PlanDataCheckInput
+from durable_plans.client._plans import plan_input_arg
+from durable_plans.domain.contracts import BeginSubtaskInput, PlanDataCheckInput, PlanInput
 from durable_plans.domain.models import (
     ErrorInfo,
     Plan,
@@ -31,6 +33,7 @@ from durable_plans.domain.plan_data import (
     LEAN_MARK,
     MAX_LEAN_BYTES,
     MAX_PACKED_BYTES,
+    PACKED_FIELD,
     PackedPlan,
     PlanDataError,
     PlanDataRef,
@@ -296,3 +299,31 @@ def test_a_summary_cannot_claim_rows_the_counts_do_not_have() -> None:
         PlanReport.model_validate({**data, "omitted": summary.omitted + 1})
     with pytest.raises(ValueError, match="do not match"):
         PlanReport.model_validate({**data, "omitted": 0})
+
+
+# --------------------------------------------------------------------------- client
+
+
+async def test_a_client_sends_big_plans_packed_or_by_reference(store: SessionStore) -> None:
+    small = PlanInput(plan=plan_of(3, 100))
+    assert await plan_input_arg(small) is small
+    assert await plan_input_arg(small, store) is small
+
+    big = PlanInput(plan=plan_of(40, 10_000))
+    packed = await plan_input_arg(big)
+    assert isinstance(packed, dict) and set(packed) == {PACKED_FIELD}
+    value = unpack(PackedPlan.model_validate(packed[PACKED_FIELD]), limit=10**8)
+    assert PlanInput.model_validate(value) == big
+
+    by_ref = await plan_input_arg(big, store)
+    assert isinstance(by_ref, PlanInput) and by_ref.plan_data is not None
+    assert by_ref.plan == lean_plan(big.plan)
+    assert await stored_plan(store, by_ref.plan_data) == big.plan
+
+
+async def test_a_client_refuses_a_plan_too_big_to_send_packed_in_one_line() -> None:
+    big = PlanInput(plan=plan_of(150, 19_000))
+    with pytest.raises(InvalidPlan) as caught:
+        await plan_input_arg(big)
+    (line,) = caught.value.problems
+    assert line.startswith("plan is too large to send without the session store")
