@@ -7,7 +7,7 @@ compaction a conversation of ~600-character messages dies at about its tenth mes
 
 from __future__ import annotations
 
-import re
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,23 +31,17 @@ from durable_plans.domain.session_contracts import (
     session_workflow_id,
 )
 from durable_plans.domain.tool_ids import strict_violations
-from durable_plans.testing import (
-    AgentScenario,
-    ChatRequest,
-    Completion,
-    FakeProvider,
-    Reply,
-    ToolCallSpec,
-)
+from durable_plans.testing import FakeProvider, FakeProviderProcess
+from tests.integration.compaction_support import FILES, Reader
 from tests.integration.conftest import Harness, provider_settings, running_worker
 from tests.integration.plans import make_plan, run_plan
 from tests.integration.replay import assert_replays
-from tests.integration.stored import subtask_messages
+from tests.integration.stored import opened_store, subtask_messages
+from tests.integration.workers import WorkerProcess, new_workspace, worker_env
 
 pytestmark = pytest.mark.integration
 
 WINDOW = 3_000
-FILES = 40
 
 
 @pytest.fixture
@@ -77,39 +71,6 @@ async def unknown_window(client: Client, tmp_path: Path) -> AsyncIterator[Harnes
             yield Harness(
                 client=client, settings=settings, store=store, provider=provider, worker=worker
             )
-
-
-class Reader(AgentScenario):
-    """The fake's agent, but an agent told to read the big files reads them one per turn,
-    counting what it read from the messages it is sent and the summaries among them; a
-    summary request is answered with that count, as a real summary would carry it."""
-
-    def __call__(self, request: ChatRequest) -> Reply:
-        first = request.messages[0].get("content") if request.messages else None
-        if first == SUMMARY_SYSTEM_PROMPT:
-            text = " ".join(str(m.get("content") or "") for m in request.messages)
-            return Completion(content=f"Files read so far: {_read_so_far(text)}.")
-        if "big files" not in request.last_user_text:
-            return super().__call__(request)
-        seen = " ".join(
-            str(m.get("content") or "") for m in request.messages if m.get("role") == "system"
-        )
-        done = _summarised(seen) + sum(
-            1 for m in request.messages if m.get("role") == "assistant" and m.get("tool_calls")
-        )
-        if done >= FILES:
-            return Completion(content=f"Read all {FILES} files.")
-        call = ToolCallSpec("read_file", f'{{"path": "big_{done:02}.txt"}}')
-        return Completion(tool_calls=(call,))
-
-
-def _summarised(text: str) -> int:
-    counts = [int(n) for n in re.findall(r"Files read so far: (\d+)", text)]
-    return max(counts, default=0)
-
-
-def _read_so_far(transcript: str) -> int:
-    return _summarised(transcript) + transcript.count("[calls read_file")
 
 
 async def start_session(h: Harness, agent: str) -> WorkflowHandle[object, SessionState]:
@@ -248,3 +209,78 @@ async def test_a_model_that_refuses_every_time_fails_after_one_compaction(
     state = await handle.query("state", result_type=SessionState)
     stored = await harness.store.read(state.session_id)
     assert len(records(stored)) == 1
+
+
+async def compacting(handle: WorkflowHandle[object, SessionState], timeout_s: float) -> None:
+    """Until the workflow has a ``compact_history`` activity running."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        described = await handle.describe()
+        pending = described.raw_description.pending_activities
+        if any(a.activity_type.name == "compact_history" for a in pending):
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"no compaction started within {timeout_s}s")
+
+
+async def test_a_worker_killed_mid_compaction_leaves_one_record_and_the_chat_goes_on(
+    client: Client, tmp_path: Path
+) -> None:
+    tq = f"compact-{uuid.uuid4().hex[:8]}"
+    with FakeProviderProcess(
+        tmp_path / "requests.jsonl",
+        scenario="tests.integration.compaction_support:SlowSummaries",
+        context_window=WINDOW,
+    ) as provider:
+        env = {
+            **worker_env(client, tmp_path, provider, tq),
+            "DPLAN_SUBAGENT_MODEL": "openai/cheap-model",
+            "DPLAN_CONTEXT_WINDOW": str(WINDOW),
+            "DPLAN_STREAM": "off",
+            "DPLAN_LLM_HEARTBEAT_S": "2",
+        }
+        new_workspace(tmp_path, "# compaction\n")
+        first = WorkerProcess(env, tmp_path / "worker-1.log").start()
+        second: WorkerProcess | None = None
+        try:
+            first.wait_ready()
+            sid = f"s-{uuid.uuid4().hex[:8]}"
+            handle = await client.start_workflow(
+                "SessionWorkflow",
+                SessionInput(session_id=sid, agent="ask"),
+                id=session_workflow_id(sid),
+                task_queue=tq,
+                result_type=SessionState,
+            )
+            results: list[SendMessageResult] = []
+
+            async def conversation() -> None:
+                for i in range(12):
+                    results.append(await send(handle, message(i)))
+
+            talking = asyncio.create_task(conversation())
+            await compacting(handle, timeout_s=120)
+            first.kill()  # the summary is being written: the provider answers in 4 s
+            second = WorkerProcess(env, tmp_path / "worker-2.log").start()
+            second.wait_ready()
+            await asyncio.wait_for(talking, timeout=240)
+        finally:
+            first.stop()
+            if second is not None:
+                second.stop()
+        entries = provider.log_entries()
+
+    assert all(r.answer.startswith(f"Done: Message {i}:") for i, r in enumerate(results))
+    async with opened_store(tmp_path / "sessions.db") as store:
+        stored = await store.read(sid)
+    folded = records(stored)
+    reported = [c for r in results for c in r.compactions]
+    # One record per compaction, the killed one's included (its attempt ran again).
+    assert len({m.id for m in stored}) == len(stored)
+    assert {c.record_id for c in reported} == {m.id for m in folded} and folded
+    # Each compaction asked for its summary once, the killed one perhaps twice (if its
+    # request left before the kill, it was asked for again by the second worker).
+    asked = [e for e in entries if e.get("model") == "cheap-model"]
+    assert len(folded) <= len(asked) <= len(folded) + 1
+    assert [m.content for m in stored if m.role == "user"] == [message(i) for i in range(12)]
+    assert await assert_replays(client, [handle.id]) >= 1
