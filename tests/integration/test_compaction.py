@@ -167,6 +167,12 @@ async def test_a_subtask_of_40_large_file_reads_completes(small: Harness) -> Non
         f"file {i}" for i in range(FILES)
     ]
     assert len(records(branch)) >= 5
+    last = records(branch)[-1].compaction
+    assert last is not None
+    print(
+        f"\n[compaction] 40 file reads: {len(records(branch))} compactions, the last "
+        f"~{last.tokens_before} -> ~{last.tokens_after} tokens; {len(branch)} messages stored"
+    )
     assert all(r.compaction and r.compaction.reason == REASON_THRESHOLD for r in records(branch))
     # The report's usage holds every completion the provider served, summaries included.
     assert report.usage == paid(small.provider)
