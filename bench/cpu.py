@@ -18,10 +18,12 @@ Runners:
 
 * ``ours``: this tree's worker (``durable_plans.worker``: PlanWorkflow → one
   SubtaskWorkflow per subtask, LLM calls through litellm as activities);
-* ``ours-acompletion``, ``ours-asyncio`` (``--variants``; both by default, none with
-  ``--short``): this tree with one default switched back (``DPLAN_LLM_LEAN=0``: every
-  call through ``litellm.acompletion``; ``DPLAN_EVENT_LOOP=asyncio``), so each default's
-  worth is measured in the same run;
+* ``ours-acompletion``, ``ours-asyncio``, ``ours-regular-llm`` (``--variants``; all by
+  default, only ``ours-regular-llm`` with ``--short``): this tree with one default switched
+  back (``DPLAN_LLM_LEAN=0``: every call through ``litellm.acompletion``;
+  ``DPLAN_EVENT_LOOP=asyncio``; ``DPLAN_LLM_LOCAL=0``: a subtask's LLM calls as regular
+  activities, the history shape before issue 25), so each default's worth is measured in
+  the same run;
 * ``before`` (with ``--before REV``): the same worker at another commit, checked out
   into a temporary git worktree (or a directory given as is) and run from there on the
   same interpreter, so the only difference is the project's code;
@@ -37,7 +39,9 @@ so, without its package, or if its worker fails to warm up.
 
 Printed per runner and width: wall s, wall / ideal, worker CPU ms per subtask and per LLM
 call, dev-server CPU ms per subtask, history events per subtask (the plan's and every
-child's, divided by the subtasks), LLM requests the provider answered; then the ratios
+child's, divided by the subtasks), Temporal Cloud actions, completed workflow tasks and
+activity tasks per subtask, counted from the same histories (``bench/_actions.py`` gives
+the rules and their source), LLM requests the provider answered; then the ratios
 between runners. Nothing is asserted: the numbers are for reading.
 
 ``--short`` (CI): 2 layers, 100 ms latency, no ``--before``, and one peer (``openai-agents``:
@@ -67,6 +71,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from bench._actions import HistoryCost, history_cost
 from bench._peer_dag import run_peer_plan
 from durable_plans.domain.models import PlanReport, PlanStatus
 from durable_plans.embedded import temporal_binary
@@ -82,7 +87,11 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 VARIANTS: dict[str, dict[str, str]] = {
     "ours-acompletion": {"DPLAN_LLM_LEAN": "0"},  # every call through litellm.acompletion
     "ours-asyncio": {"DPLAN_EVENT_LOOP": "asyncio"},  # asyncio's loop, not uvloop
+    # The LLM calls as regular activities, as before issue 25 (the server's share).
+    "ours-regular-llm": {"DPLAN_LLM_LOCAL": "0"},
 }
+# ``--short`` (CI) runs this one: the server's share before and after, side by side.
+SHORT_VARIANTS = ("ours-regular-llm",)
 
 
 # --------------------------------------------------------------------------- measuring
@@ -113,14 +122,15 @@ def full_layer_plan(layers: int, width: int, *, prefix: str) -> list[dict[str, A
     return subtasks
 
 
-async def history_events(client: Client, workflow_id: str) -> int:
-    """Events of a workflow and, recursively, of every child it started."""
+async def history_events(client: Client, workflow_id: str) -> HistoryCost:
+    """Events, tasks and Temporal Cloud actions (``bench/_actions.py``) of a workflow and,
+    recursively, of every child it started."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
-    total = len(history.events)
+    total = history_cost(history.events)
     for e in history.events:
         if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
             child = e.child_workflow_execution_started_event_attributes.workflow_execution
-            total += await history_events(client, child.workflow_id)
+            total = total + await history_events(client, child.workflow_id)
     return total
 
 
@@ -321,7 +331,7 @@ class Sample:
     wall_s: float
     worker_cpu_s: float
     server_cpu_s: float
-    events: int
+    cost: HistoryCost
     llm_requests: int
 
 
@@ -521,7 +531,8 @@ def report(
         print(f"skipped {name}: {reason}")
     head = (
         f"{'runner':<15}{'width':>6}{'wall s':>8}{'/ideal':>8}{'worker ms/subtask':>19}"
-        f"{'ms/LLM call':>13}{'server ms/subtask':>19}{'events/subtask':>16}{'LLM reqs':>10}"
+        f"{'ms/LLM call':>13}{'server ms/subtask':>19}{'events/subtask':>16}"
+        f"{'actions/subtask':>17}{'WFT/subtask':>13}{'act.tasks/subtask':>19}{'LLM reqs':>10}"
     )
     print()
     print(head)
@@ -537,14 +548,18 @@ def report(
                 "worker": _med([s.worker_cpu_s for s in samples]) * 1000 / n,
                 "per_call": _med([s.worker_cpu_s / max(s.llm_requests, 1) for s in samples]) * 1000,
                 "server": _med([s.server_cpu_s for s in samples]) * 1000 / n,
-                "events": _med([s.events for s in samples]) / n,
+                "events": _med([s.cost.events for s in samples]) / n,
+                "actions": _med([s.cost.actions for s in samples]) / n,
+                "wft": _med([s.cost.workflow_tasks for s in samples]) / n,
+                "acts": _med([s.cost.activity_tasks for s in samples]) / n,
                 "requests": _med([s.llm_requests for s in samples]),
             }
             table[(name, width)] = row
             print(
                 f"{name:<15}{width:>6}{row['wall']:>8.2f}{row['wall'] / ideal:>7.2f}x"
                 f"{row['worker']:>19.0f}{row['per_call']:>13.1f}{row['server']:>19.0f}"
-                f"{row['events']:>16.1f}{row['requests']:>10.0f}"
+                f"{row['events']:>16.1f}{row['actions']:>17.2f}{row['wft']:>13.2f}"
+                f"{row['acts']:>19.2f}{row['requests']:>10.0f}"
             )
     print()
     for width in args.widths:
@@ -559,7 +574,8 @@ def report(
                 f"width {width}: ours / {other}: wall {ours['wall'] / theirs['wall']:.2f}, "
                 f"worker CPU {ours['worker'] / theirs['worker']:.2f}, "
                 f"server CPU {ours['server'] / theirs['server']:.2f}, "
-                f"events {ours['events'] / theirs['events']:.2f}"
+                f"events {ours['events'] / theirs['events']:.2f}, "
+                f"actions {ours['actions'] / theirs['actions']:.2f}"
             )
 
 
@@ -590,11 +606,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--variants",
         help=f"comma-separated, from {', '.join(VARIANTS)}; 'none' for none "
-        "(default: all, none with --short)",
+        f"(default: all; {', '.join(SHORT_VARIANTS)} with --short)",
     )
     args = parser.parse_args(argv)
     if args.variants is None:
-        args.variants = "none" if args.short else ",".join(VARIANTS)
+        args.variants = ",".join(SHORT_VARIANTS if args.short else VARIANTS)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip() not in ("", "none")]
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:

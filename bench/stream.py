@@ -317,7 +317,8 @@ def report(m: Measured, args: argparse.Namespace) -> None:
         rows[mode] = (raw, net, server)
         print(
             f"   {mode:<13}{statistics.median(s.wall_s for s in samples):>8.2f}{raw:>16.1f}"
-            f"{net:>12.1f}{server:>16.1f}{statistics.median(s.events for s in samples) / n:>16.1f}"
+            f"{net:>12.1f}{server:>16.1f}"
+            f"{statistics.median(s.cost.events for s in samples) / n:>16.1f}"
             f"{statistics.median(s.llm_requests for s in samples):>10.0f}{idle * 1000:>11.1f}"
         )
     if "off" in rows and "all" in rows:

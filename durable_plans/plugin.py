@@ -211,6 +211,14 @@ class DurablePlansPlugin(SimplePlugin):
         self.tracing = tracing
         if parameters is None and settings is not None:
             parameters = settings.activity_parameters()
+        if (
+            parameters is not None
+            and parameters.llm_local
+            and not _runs_llm_activity(store, settings, activities)
+        ):
+            # A local activity runs on the workflow's own worker: one without the LLM
+            # activity leaves its subtasks' calls to the workers that have it.
+            parameters = dataclasses.replace(parameters, llm_local=False)
         self.settings = settings
         self.store = store
         self.parameters = parameters
@@ -369,6 +377,24 @@ class DurablePlansPlugin(SimplePlugin):
         finally:
             if self._plan_activities is not None:
                 await self._plan_activities.aclose()
+
+
+def _runs_llm_activity(
+    store: SessionStore | None,
+    settings: Settings | None,
+    activities: Sequence[Callable[..., Any]] | None,
+) -> bool:
+    """Whether a worker with this plugin registers the LLM activity (``call_llm``)."""
+    if activities is None:
+        return store is not None and settings is not None
+    from temporalio.activity import _Definition
+
+    from durable_plans.domain.contracts import ACT_CALL_LLM
+
+    return any(
+        (defn := _Definition.from_callable(fn)) is not None and defn.name == ACT_CALL_LLM
+        for fn in activities
+    )
 
 
 def _tracing_interceptors(present: Sequence[object]) -> list[Interceptor]:

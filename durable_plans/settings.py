@@ -26,9 +26,10 @@ from durable_plans.connection import (
     TemporalTarget,
     resolve_temporal,
 )
+from durable_plans.domain.contracts import SUBTASK_WORKFLOW
 from durable_plans.domain.models import Budget
 from durable_plans.domain.rate_limits import RateLimit, RateLimitConfigError, parse_rate_limits
-from durable_plans.domain.streaming import STREAM_MODES, StreamMode
+from durable_plans.domain.streaming import STREAM_MODES, StreamMode, streams_in
 from durable_plans.domain.workspace import DEFAULT_BRANCH_PREFIX
 from durable_plans.event_loop import EVENT_LOOPS, EventLoopChoice
 from durable_plans.payload_codec import PayloadKeyError, PayloadKeyring, keyring_from_env
@@ -77,13 +78,6 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
     if value <= 0:
         raise SettingsError(f"{name} must be positive, got {raw!r}")
-    return value
-
-
-def _share(env: Mapping[str, str], name: str, default: float) -> float:
-    value = _float(env, name, default)
-    if value > 1:
-        raise SettingsError(f"{name} must be a share between 0 and 1, got {env[name]!r}")
     return value
 
 
@@ -242,6 +236,10 @@ class Settings:
     """OpenAI-compatible calls use litellm's provider transforms without its per-call
     machinery (activities/llm_client.py); ``DPLAN_LLM_LEAN=0`` sends every call through
     ``litellm.acompletion``."""
+    llm_local: bool = True
+    """A subtask's LLM calls run as local activities when its calls do not stream
+    (``DPLAN_LLM_LOCAL``; ``workflows/llm_call.py``): its common path is one workflow task
+    instead of three and two activity tasks. ``0`` makes them regular activities again."""
     event_loop: EventLoopChoice = "auto"
     """The worker's event loop (``DPLAN_EVENT_LOOP``: auto, uvloop, asyncio;
     ``durable_plans/event_loop.py``)."""
@@ -253,13 +251,6 @@ class Settings:
     first text of a call is sent at once. Each send is one signal in history."""
     tool_timeout_s: float = DEFAULT_PARAMETERS.tool_start_to_close.total_seconds()
     tool_max_attempts: int = DEFAULT_PARAMETERS.tool_max_attempts
-    context_window: int | None = None
-    """Every model's context window in tokens (``DPLAN_CONTEXT_WINDOW``), unless its agent
-    sets ``context_window``; None: litellm's model info (no proactive compaction for a
-    model it does not know; a provider's refusal still compacts)."""
-    compact_at: float = 0.75
-    """The share of the context window a prompt may reach before the older history is
-    folded into a summary (``DPLAN_COMPACT_AT``, 0 < share <= 1; ``domain/compaction.py``)."""
     default_budget: Budget | None = None
     agents_file: Path | None = None
     """An agents file (TOML/YAML/JSON) overriding or adding agents; None: the built-ins."""
@@ -312,6 +303,7 @@ class Settings:
             notify_deliver_for=timedelta(seconds=self.notify_deliver_for_s),
             notify_initial_backoff=timedelta(seconds=self.notify_initial_backoff_s),
             notify_max_backoff=timedelta(seconds=self.notify_max_backoff_s),
+            llm_local=self.llm_local and not streams_in(self.stream, SUBTASK_WORKFLOW),
         )
 
     def with_overrides(self, **changes: object) -> Settings:
@@ -348,6 +340,7 @@ class Settings:
             llm_heartbeat_s=_heartbeat(e, defaults.llm_heartbeat_s),
             llm_max_attempts=_int(e, "DPLAN_LLM_MAX_ATTEMPTS", defaults.llm_max_attempts),
             llm_lean=_flag(e, "DPLAN_LLM_LEAN", default=True),
+            llm_local=_flag(e, "DPLAN_LLM_LOCAL", default=True),
             stream=_choice(e, "DPLAN_STREAM", STREAM_MODES),
             event_loop=_choice(e, "DPLAN_EVENT_LOOP", EVENT_LOOPS),
             stream_interval_s=_float(
@@ -356,8 +349,6 @@ class Settings:
             / 1000,
             tool_timeout_s=_float(e, "DPLAN_TOOL_TIMEOUT_S", defaults.tool_timeout_s),
             tool_max_attempts=_int(e, "DPLAN_TOOL_MAX_ATTEMPTS", defaults.tool_max_attempts),
-            context_window=_int(e, "DPLAN_CONTEXT_WINDOW", 0) or None,
-            compact_at=_share(e, "DPLAN_COMPACT_AT", defaults.compact_at),
             agents_file=_path(e, "DPLAN_AGENTS"),
             default_budget=_budget(e),
             notify_deliver_for_s=_float(

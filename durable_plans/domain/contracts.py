@@ -12,7 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from durable_plans.domain.agents import AgentSpec
 from durable_plans.domain.approvals import ApprovalPolicy
-from durable_plans.domain.compaction import WindowCheck
 from durable_plans.domain.models import (
     Budget,
     ModelUsage,
@@ -143,11 +142,6 @@ class LlmCallInput(_Payload):
     close_on_answer: EndSubtaskInput | None = None
     # Tools not built in (MCP servers' tools the agent may call), as fixed at plan start.
     extra_tools: tuple[ToolSchema, ...] = ()
-    # Runs that compact (``versions.COMPACTION``): a prompt past ``DPLAN_COMPACT_AT`` of the
-    # model's window is not sent; the output says so (``over_window``) and the workflow
-    # compacts first. ``context_window``: the agent's own, if it sets one.
-    check_window: bool = False
-    context_window: int | None = None
 
 
 class ToolCallRef(_Payload):
@@ -164,8 +158,6 @@ class LlmCallOutput(_Payload):
     finish_reason: str | None = None
     replayed: bool = False  # True when the answer was already in the store (retry after crash)
     branch_closed: bool = False  # ``close_on_answer`` was carried out
-    # Not sent: the prompt would pass the compaction threshold (``check_window``).
-    over_window: WindowCheck | None = None
 
 
 class ToolCallInput(_Payload):
@@ -305,6 +297,10 @@ class SubtaskInput(_Payload):
     agents: tuple[AgentSpec, ...] = ()
     root_session_id: str = ""
     depth: int = 0
+    # Its LLM calls (and a join's merge) run as local activities (``workflows/llm_call.py``):
+    # decided once per plan run (``versions.LLM_LOCAL``) and carried, so a replay sees the
+    # same; False in runs started before, which replay their regular activities.
+    llm_local: bool = False
     # Times this subtask was started before (``dplan retry``/``resume``): its attempt
     # works on a branch of its own (``domain.ids.attempt_key``).
     retries: int = Field(default=0, ge=0)

@@ -109,6 +109,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.workspace import WorkspaceStart, WorkspaceSummary
 
 from durable_plans.workflows import policies, versions
+from durable_plans.workflows.llm_call import takes_local_calls
 from durable_plans.workflows.notify import deliver_report, should_notify
 from durable_plans.workflows.pauses import PauseDesk, PauseHandlers
 from durable_plans.workflows.raw_input import NO_INPUT, decode_input
@@ -186,6 +187,8 @@ class PlanWorkflow(PauseHandlers):
         # next result. Removed once that result is in.
         self._prior: dict[str, SubtaskResult] = {}
         self._attempt: dict[str, int] = {}  # retries of the attempt each child runs
+        # Children's LLM calls run as local activities (``versions.LLM_LOCAL``).
+        self._llm_local = False
         # Subtasks held for an operator (``on_failure: pause``), the operators' Updates on
         # them, and the budget those may raise.
         self.pause_desk = PauseDesk(wake=self._wake)
@@ -432,6 +435,7 @@ class PlanWorkflow(PauseHandlers):
         # Asked here, once, whatever happens next: a patch asked at a moment that depends
         # on timing would be answered differently by a run and its replay.
         self._git = workflow.patched(versions.GIT_WORKSPACE)
+        self._llm_local = takes_local_calls()
         # Stable across continue-as-new, new for every fresh run of the same plan id.
         self._plan_run_id = plan_run_id(plan.id, workflow.info().first_execution_run_id)
         self._merge_enabled = inp.merge_results
@@ -633,6 +637,7 @@ class PlanWorkflow(PauseHandlers):
             agents=inp.agents,
             root_session_id=default_session_id(plan),
             depth=0,
+            llm_local=self._llm_local,
             retries=retries,
             approval=plan.approval,
             mcp_tools=self._mcp_tools or (),

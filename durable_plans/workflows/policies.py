@@ -126,6 +126,13 @@ class ActivityParameters:
     notify_initial_backoff: timedelta = timedelta(seconds=1)
     notify_max_backoff: timedelta = timedelta(minutes=5)
 
+    llm_local: bool = False
+    """A subtask's LLM calls may run as local activities (``workflows/llm_call.py``):
+    ``DPLAN_LLM_LOCAL`` on, subtasks not streaming, and the worker running the LLM activity
+    itself. Off where a worker did not say (a replayer, a workflows-only worker). A new run
+    decides once and records the decision (``versions.LLM_LOCAL``), so unlike the numbers
+    above, replay never reads it."""
+
     def __post_init__(self) -> None:
         problems = [
             f"{name} must be positive"

@@ -122,11 +122,13 @@ class SubtaskWorkflow(ApprovalHandlers):
                 succeeded=succeeded,
             )
 
-        if workflow.patched(versions.FEWER_ROUND_TRIPS):
+        # A child whose calls are local was started after the change: no marker asked.
+        if inp.llm_local or workflow.patched(versions.FEWER_ROUND_TRIPS):
             # The first LLM call builds the branch and the answering one closes it: no
             # local activity of their own (each costs about a workflow task).
             loop.begin = begin
             loop.close_on_answer = end(True)
+            loop.llm_local = inp.llm_local
         else:  # a run started before the change replays its begin_subtask step
             loop.phase = "isolating"
             await store_op(ACT_BEGIN_SUBTASK, begin, result_type=BeginSubtaskOutput)
@@ -146,7 +148,7 @@ class SubtaskWorkflow(ApprovalHandlers):
             if start is not None:
                 if len(start.parents) > 1:
                     loop.phase = "merging " + ", ".join(sid for sid, _ in start.parents)
-                head = await start_head(start, sub.id)
+                head = await start_head(start, sub.id, local=loop.llm_local)
                 loop.workspace = WorkspaceRef(
                     plan_id=start.plan_id, tree=start.tree, head=head, identity=start.identity
                 )

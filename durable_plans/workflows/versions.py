@@ -51,14 +51,18 @@ GIT_WORKSPACE = "git-workspace-1"
 # the worker's workspace directory as before.
 CHAT_WORKSPACE = "chat-workspace-1"
 
-# An agent loop compacts its history (``domain/compaction.py``): a call whose prompt would
-# pass DPLAN_COMPACT_AT of the model's window is not sent (its result says so) and a
-# ``compact_history`` activity runs first; a call refused as over the window gets one
-# compaction and one more try. Asked before a loop's first call.
-COMPACTION = "compaction-1"
-
 # A plan too big for one payload travels by reference (domain/plan_data.py): its first
 # run stores the packed plan in the session store (a local activity), and every run checks
 # the reference it holds (another) before anything else. Only plans sent packed or by
 # reference take the path, so no run recorded before it has these commands.
 PLAN_DATA_REF = "plan-data-ref-1"
+
+# A subtask's LLM calls run as local activities (``workflows/llm_call.py``): the whole
+# common path (two calls and a tool call) fits in one workflow task, with no activity task
+# to match and three events per call fewer; a join's workspace merge is local too. Decided
+# once, in a plan run's first task, from the worker's settings (``DPLAN_LLM_LOCAL``, and no
+# streaming for subtasks) and recorded by this marker, which only runs that take the path
+# record (a replay reads the marker); carried to the children in ``SubtaskInput.llm_local``,
+# so a child asks no patch of its own (not even FEWER_ROUND_TRIPS, which it implies): each
+# patch asked costs a marker and a search-attribute upsert in every child's history.
+LLM_LOCAL = "llm-local-1"

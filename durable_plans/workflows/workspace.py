@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from durable_plans.workflows import policies
+from durable_plans.workflows.llm_call import execute_local
 
 __all__ = [
     "WorkspaceStepFailed",
@@ -187,32 +188,46 @@ async def open_base(plan: Plan) -> str:
     return out.base
 
 
-async def start_head(start: WorkspaceStart, subtask: str) -> str:
+async def start_head(start: WorkspaceStart, subtask: str, *, local: bool = False) -> str:
     """Where a subtask's tree starts: the plan's base without dependencies, the one
     dependency's result, or the merge of several (an activity: a conflict fails the
     subtask with ``WorkspaceConflict``, naming the files, the subtasks and the ref an
-    operator may push a resolution to)."""
+    operator may push a resolution to). ``local``: the merge is a local activity, in the
+    workflow task that starts the subtask (a run whose LLM calls are local,
+    ``versions.LLM_LOCAL``: one activity task and one workflow task fewer per join)."""
     if not start.parents:
         return start.base
     if len(start.parents) == 1:
         return start.parents[0][1]
+    merge = WorkspaceMergeInput(
+        plan_id=start.plan_id,
+        subtask=subtask,
+        base=start.base,
+        parents=start.parents,
+        at_s=workflow.now().timestamp(),
+        identity=start.identity,
+    )
+    summary = "workspace: merge " + ", ".join(sid for sid, _ in start.parents)[:150]
     try:
-        out: WorkspaceMergeOutput = await workflow.execute_activity(
-            ACT_WORKSPACE_MERGE,
-            WorkspaceMergeInput(
-                plan_id=start.plan_id,
-                subtask=subtask,
-                base=start.base,
-                parents=start.parents,
-                at_s=workflow.now().timestamp(),
-                identity=start.identity,
-            ),
-            result_type=WorkspaceMergeOutput,
-            start_to_close_timeout=policies.WORKSPACE_START_TO_CLOSE,
-            heartbeat_timeout=policies.SHORT_HEARTBEAT,
-            retry_policy=policies.workspace_retry(),
-            summary="workspace: merge " + ", ".join(sid for sid, _ in start.parents)[:150],
-        )
+        if local:
+            out: WorkspaceMergeOutput = await execute_local(
+                ACT_WORKSPACE_MERGE,
+                merge,
+                result_type=WorkspaceMergeOutput,
+                start_to_close_timeout=policies.WORKSPACE_START_TO_CLOSE,
+                retry_policy=policies.workspace_retry(),
+                summary=summary,
+            )
+        else:
+            out = await workflow.execute_activity(
+                ACT_WORKSPACE_MERGE,
+                merge,
+                result_type=WorkspaceMergeOutput,
+                start_to_close_timeout=policies.WORKSPACE_START_TO_CLOSE,
+                heartbeat_timeout=policies.SHORT_HEARTBEAT,
+                retry_policy=policies.workspace_retry(),
+                summary=summary,
+            )
     except ActivityError as err:
         if _cancelled(err):
             raise

@@ -139,9 +139,15 @@ class FaultHarness:
 
 @asynccontextmanager
 async def fault_harness(
-    client: Client, provider: FakeProvider, tmp_path: Path, *, api_base: str | None = None
+    client: Client,
+    provider: FakeProvider,
+    tmp_path: Path,
+    *,
+    api_base: str | None = None,
+    llm_local: bool = True,
 ) -> AsyncIterator[FaultHarness]:
-    """conftest's ``harness`` with a short LLM timeout and an attempt recorder."""
+    """conftest's ``harness`` with a short LLM timeout and an attempt recorder; subtasks'
+    LLM calls as local activities (the default) unless ``llm_local`` is False."""
     recorder = AttemptRecorder()
     config = client.config()
     config["interceptors"] = [*config["interceptors"], recorder]
@@ -152,7 +158,7 @@ async def fault_harness(
         tmp_path,
         api_base=api_base or provider.base_url,
         llm_timeout_s=LLM_TIMEOUT_S,
-    )
+    ).with_overrides(llm_local=llm_local)
     (settings.workspace / "README.md").write_text("# demo workspace\n")
     async with running_worker(recording, settings) as (_, store):
         yield FaultHarness(recording, settings, store, provider, recorder)
@@ -460,16 +466,21 @@ async def eventually(check: Callable[[], Awaitable[Any]], timeout_s: float, what
         await asyncio.sleep(0.1)
 
 
+@pytest.mark.parametrize("llm_local", [True, False], ids=["local", "regular"])
 async def test_connection_refused_is_retried_as_connection_until_cancelled(
-    client: Client, provider: FakeProvider, tmp_path: Path
+    client: Client, provider: FakeProvider, tmp_path: Path, llm_local: bool
 ) -> None:
     """Exhausting the fixed budget (6 attempts, 1+2+4+8+16 s of backoff) takes 31 s, so
-    this case observes the retries and their classification, then cancels the plan."""
+    this case observes the retries and their classification, then cancels the plan: with
+    the calls as local activities (retried by the worker, between workflow-task
+    heartbeats) and as regular ones (retried by the server, shown as a pending activity)."""
     refused = f"http://127.0.0.1:{closed_port()}/v1"
     coder = BUILTIN_CATALOG.get("coder")
     # The healthy subtask runs on the in-process scripted model, which needs no network.
     offline = coder.model_copy(update={"name": "offline", "model": SCRIPTED_MODEL})
-    async with fault_harness(client, provider, tmp_path, api_base=refused) as h:
+    async with fault_harness(
+        client, provider, tmp_path, api_base=refused, llm_local=llm_local
+    ) as h:
         plan = two_subtask_plan("")
         plan = plan.model_copy(
             update={
@@ -497,15 +508,22 @@ async def test_connection_refused_is_retried_as_connection_until_cancelled(
             status = await handle.query("status", result_type=PlanReport)
             return by_id(status)["healthy"].status is SubtaskStatus.COMPLETED
 
+        async def third_attempt_ran() -> bool:
+            return len(h.recorder.of(f"{plan.id}/faulty")) >= 3
+
         await eventually(healthy_done, 60, "the healthy subtask to complete")
-        # Pending attempt 3 = attempts 1 and 2 failed (about 1 s apart: the first backoff).
-        pending = await eventually(third_attempt_pending, 60, "a third LLM attempt")
-        assert pending.activity_type.name == ACT_CALL_LLM
-        assert pending.maximum_attempts == policies.DEFAULT_PARAMETERS.llm_max_attempts == 6
-        last = pending.last_failure.application_failure_info
-        assert last.type == "Connection" and not last.non_retryable
-        # litellm calls it an InternalServerError; the cause chain says what it was.
-        assert "Connection error" in pending.last_failure.message
+        if llm_local:
+            # A local activity is no pending activity: its attempts are the worker's.
+            await eventually(third_attempt_ran, 60, "a third LLM attempt")
+        else:
+            # Pending attempt 3 = attempts 1 and 2 failed (about 1 s apart: the first backoff).
+            pending = await eventually(third_attempt_pending, 60, "a third LLM attempt")
+            assert pending.activity_type.name == ACT_CALL_LLM
+            assert pending.maximum_attempts == policies.DEFAULT_PARAMETERS.llm_max_attempts == 6
+            last = pending.last_failure.application_failure_info
+            assert last.type == "Connection" and not last.non_retryable
+            # litellm calls it an InternalServerError; the cause chain says what it was.
+            assert "Connection error" in pending.last_failure.message
 
         await handle.cancel()
         with pytest.raises(WorkflowFailureError) as info:

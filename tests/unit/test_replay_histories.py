@@ -31,20 +31,27 @@ from tests.histories.record import CURRENT_SHAPE
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 # One directory per workflow shape that may still be running: the first release's, the
-# one before the workspace was kept in git, and the one recorded by the current code
-# (tests/histories/record.py's CURRENT_SHAPE).
+# one before the workspace was kept in git, the one before LLM calls became local
+# activities, and the one recorded by the current code (tests/histories/record.py's
+# CURRENT_SHAPE).
 FIRST_RELEASE = HISTORIES / "v1-first-release"
 FEWER_ROUND_TRIPS = HISTORIES / "v2-fewer-round-trips"
+GIT_WORKSPACE = HISTORIES / "v3-git-workspace"
 CURRENT = HISTORIES / CURRENT_SHAPE
-SHAPES = (FIRST_RELEASE, FEWER_ROUND_TRIPS, CURRENT)
+SHAPES = (FIRST_RELEASE, FEWER_ROUND_TRIPS, GIT_WORKSPACE, CURRENT)
 FILES = sorted(HISTORIES.glob("*/*/*.json"))
-CASES = ("success", "failure", "crash", "subagent", "session")
-# Cases recorded only in later shapes (their feature did not exist before). A conversation
-# does not use the git workspace: its streamed case stays recorded in v2 only.
+CASES = ("success", "failure", "crash", "subagent")
+# Cases recorded only in some shapes. A conversation does not use the git workspace: its
+# streamed case stays recorded in v2 only; nor did its calls become local: the session
+# case stops at v3.
 LATER_CASES = {
-    FEWER_ROUND_TRIPS.name: ("pause", "approval", "streamed"),
+    FIRST_RELEASE.name: ("session",),
+    FEWER_ROUND_TRIPS.name: ("session", "pause", "approval", "streamed"),
+    GIT_WORKSPACE.name: ("session", "pause", "approval", "workspace"),
     CURRENT.name: ("pause", "approval", "workspace"),
 }
+# The shapes whose plans keep the workspace in git (git-workspace-1).
+IN_GIT = (GIT_WORKSPACE, CURRENT)
 SUCCESS_SUBTASK = CURRENT / "success" / "hist-success__a.0.json"
 PATCH_MARKER = "core_patch"
 
@@ -82,9 +89,10 @@ def test_every_case_is_recorded_with_the_workflows_it_is_about(shape: Path) -> N
         patch_id = base64.b64encode(b'"tool-approval-1"').decode().rstrip("=")  # marker data
         assert all(patch_id in p.read_text() for p in (shape / "approval").glob("*__*.json"))
     # Continue-as-new after each of two messages: three runs of one workflow id.
-    assert sorted(p.name for p in (shape / "session").glob("*.json")) == [
-        f"session__hist-session.{i}.json" for i in range(3)
-    ]
+    if "session" in LATER_CASES[shape.name]:
+        assert sorted(p.name for p in (shape / "session").glob("*.json")) == [
+            f"session__hist-session.{i}.json" for i in range(3)
+        ]
     if shape == FEWER_ROUND_TRIPS:  # streamed batches (signals), a watcher's polls (updates)
         runs = [p.read_text() for p in (shape / "streamed").glob("*.json")]
         assert len(runs) == 3
@@ -93,13 +101,52 @@ def test_every_case_is_recorded_with_the_workflows_it_is_about(shape: Path) -> N
 
 
 def test_the_shapes_are_the_ones_before_and_after_the_round_trip_patch() -> None:
-    """The first release's subtasks never saw the patch; the current ones all carry it."""
+    """The first release's subtasks never saw the patch; v3's all carry it (v4's subtasks
+    imply it, asking no patch: see the next test)."""
     subtasks = [p for p in FILES if "__" in p.name and not p.name.startswith("session__")]
     old = [p for p in subtasks if p.is_relative_to(FIRST_RELEASE)]
-    new = [p for p in subtasks if p.is_relative_to(CURRENT)]
+    new = [p for p in subtasks if p.is_relative_to(GIT_WORKSPACE)]
     assert old and new
     assert all(PATCH_MARKER not in _markers(p) for p in old)
     assert all(PATCH_MARKER in _markers(p) for p in new)
+
+
+def test_only_the_current_shape_makes_llm_calls_as_local_activities() -> None:
+    """Every plan recorded by the current code took llm-local-1 (its marker, once per plan
+    run), none before it did; its subtasks schedule no call_llm activity (a local-activity
+    marker each), ask no patch of their own, and a join merges locally too."""
+    plans = [p for p in FILES if "__" not in p.name and not p.name.startswith("session")]
+    for path in plans:
+        assert ("llm-local-1" in _patches(path)) == path.is_relative_to(CURRENT), path
+    subtasks = [p for p in FILES if "__" in p.name and p.is_relative_to(CURRENT)]
+    assert subtasks
+    for path in subtasks:
+        assert _activity_types(path)["call_llm"] == 0, path
+        assert _local_activity_types(path)["call_llm"] >= 1, path
+        assert "fewer-round-trips-1" not in _patches(path), path
+    assert _activity_types(GIT_WORKSPACE / "success" / "hist-success__a.0.json")["call_llm"] == 2
+
+
+def _patches(path: Path) -> list[str]:
+    """The patch ids a run asked for (its core_patch markers' data)."""
+    found = []
+    for event in json.loads(path.read_text())["events"]:
+        marker = event.get("markerRecordedEventAttributes", {})
+        if marker.get("markerName") == PATCH_MARKER:
+            data = marker["details"]["patch-data"]["payloads"][0]["data"]
+            found.append(json.loads(base64.b64decode(data))["id"])
+    return found
+
+
+def _local_activity_types(path: Path) -> Counter[str]:
+    """The activities a run ran locally (its core_local_activity markers' data)."""
+    found: Counter[str] = Counter()
+    for event in json.loads(path.read_text())["events"]:
+        marker = event.get("markerRecordedEventAttributes", {})
+        if marker.get("markerName") == "core_local_activity":
+            data = marker["details"]["data"]["payloads"][0]["data"]
+            found[json.loads(base64.b64decode(data))["activity_type"]] += 1
+    return found
 
 
 def _marker_data(patch_id: str) -> str:
@@ -121,12 +168,22 @@ def test_only_the_current_shape_keeps_the_workspace_in_git() -> None:
     plans = [p for p in FILES if "__" not in p.name and not p.name.startswith("session")]
     assert plans
     for path in plans:
-        assert (git_patch in path.read_text()) == path.is_relative_to(CURRENT), path
-    case = CURRENT / "workspace"
+        in_git = any(path.is_relative_to(shape) for shape in IN_GIT)
+        assert (git_patch in path.read_text() or "git-workspace-1" in _patches(path)) == in_git
+    case = GIT_WORKSPACE / "workspace"
     plan = _activity_types(case / "hist-workspace.0.json")
     assert plan["workspace_open"] == 1 and plan["workspace_publish"] == 1
     join = _activity_types(case / "hist-workspace__d.0.json")
     assert join["workspace_merge"] == 1  # d joins b and c; the others start without one
+    # From v4 on the join's merge is a local activity: a marker naming workspace_merge.
+    assert _local_activity_types(CURRENT / "workspace" / "hist-workspace__d.0.json") == {
+        "workspace_merge": 1,
+        "call_llm": 2,
+        "run_tool": 1,
+    }
+    assert (
+        _activity_types(CURRENT / "workspace" / "hist-workspace__d.0.json")["workspace_merge"] == 0
+    )
     assert all(
         _activity_types(case / f"hist-workspace__{sid}.0.json")["workspace_merge"] == 0
         for sid in "abc"
@@ -135,14 +192,23 @@ def test_only_the_current_shape_keeps_the_workspace_in_git() -> None:
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda p: p.name)
 def test_the_crash_case_holds_a_retried_llm_call(shape: Path) -> None:
-    """What makes the crash case worth keeping: activities re-run after the SIGKILL."""
-    attempts = [
-        event["activityTaskStartedEventAttributes"].get("attempt", 1)
+    """What makes the crash case worth keeping: activities re-run after the SIGKILL, or
+    (v4: local LLM calls) workflow tasks that timed out on the dead worker and ran again."""
+    events = [
+        event
         for path in (shape / "crash").glob("*.json")
         for event in json.loads(path.read_text())["events"]
+    ]
+    attempts = [
+        event["activityTaskStartedEventAttributes"].get("attempt", 1)
+        for event in events
         if "activityTaskStartedEventAttributes" in event
     ]
-    assert max(attempts) >= 2
+    if shape == CURRENT:
+        timed_out = [e for e in events if e["eventType"] == "EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT"]
+        assert timed_out
+    else:
+        assert max(attempts) >= 2
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(HISTORIES)))
@@ -204,7 +270,7 @@ def test_file_names_round_trip_to_workflow_ids() -> None:
 def test_replay_command_replays_files_without_a_server(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    files = sorted((CURRENT / "session").glob("*.json"))
+    files = sorted((GIT_WORKSPACE / "session").glob("*.json"))
     argv = ["replay"] + [arg for f in files for arg in ("--file", str(f))]
     assert main(argv) == 0
     out, err = capsys.readouterr()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -97,8 +98,22 @@ def test_the_default_activity_parameters_are_the_workflows_defaults() -> None:
     without settings assumes."""
     from durable_plans.workflows.policies import DEFAULT_PARAMETERS
 
-    assert Settings.from_env({}).activity_parameters() == DEFAULT_PARAMETERS
-    assert Settings().activity_parameters() == DEFAULT_PARAMETERS
+    # Except llm_local, which replay never reads (the run's marker records the decision):
+    # a worker with settings runs the LLM activity itself, one without says nothing.
+    for parameters in (
+        Settings.from_env({}).activity_parameters(),
+        Settings().activity_parameters(),
+    ):
+        assert parameters.llm_local
+        assert replace(parameters, llm_local=False) == DEFAULT_PARAMETERS
+
+
+def test_llm_calls_are_local_unless_switched_off_or_streamed() -> None:
+    """DPLAN_LLM_LOCAL=0, or subtasks whose calls stream (DPLAN_STREAM=all), keep regular
+    activities: a local activity cannot send its text while the workflow task is held."""
+    assert not Settings.from_env({"DPLAN_LLM_LOCAL": "0"}).activity_parameters().llm_local
+    assert not Settings.from_env({"DPLAN_STREAM": "all"}).activity_parameters().llm_local
+    assert Settings.from_env({"DPLAN_STREAM": "off"}).activity_parameters().llm_local
 
 
 def test_every_llm_and_tool_variable_sets_its_activity_parameter() -> None:
