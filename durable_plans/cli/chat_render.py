@@ -80,15 +80,16 @@ def history_line(message: Message, width: int) -> str:
 def _summary_lines(message: Message, width: int) -> str:
     info = message.compaction
     assert info is not None
+    prefix = f"{'summary':<9} "
     head = (
-        f"{'summary':<9} {info.folded} earlier messages folded ({info.reason}; "
+        f"{info.folded} earlier messages folded ({info.reason}; "
         f"~{info.tokens_before:,} → ~{info.tokens_after:,} tokens, by {info.model}):"
     )
     summary = (message.content or "").partition("\n")[2]
     lines = [f"{'':<9} {line}" for line in summary.splitlines() if line.strip()]
     if len(lines) > SUMMARY_LINES:
         lines = [*lines[:SUMMARY_LINES], f"{'':<9} … ({len(lines) - SUMMARY_LINES} more lines)"]
-    return "\n".join([one_line(head, width), *lines])
+    return "\n".join([prefix + one_line(head, width - len(prefix)), *lines])
 
 
 def compaction_line(done: CompactOutput) -> str:

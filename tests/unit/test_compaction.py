@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from durable_plans.cli.chat_render import compaction_line, history_line
 from durable_plans.domain.agents_loader import load_catalog
 from durable_plans.domain.compaction import (
     REASON_THRESHOLD,
     SUMMARY_ASK,
+    CompactOutput,
     Fold,
     estimate_tokens,
     keep_budget,
@@ -333,3 +335,39 @@ def test_an_agent_may_say_its_models_window(tmp_path: Path) -> None:
     path.write_text("[agents.coder]\ncontext_window = 12\n")
     with pytest.raises(ValueError, match="must be at least 256 tokens, got 12"):
         load_catalog(path)
+
+
+# --------------------------------------------------------------------------- dplan chat
+
+
+def test_history_shows_a_record_with_its_summary_and_the_chat_line_says_what_was_folded() -> None:
+    fold = Fold(folded=tuple(chat(3)), kept=("x",), kept_tokens=3)
+    record = record_message(
+        "rec",
+        "The user keeps notes.\nThey asked for nothing yet.",
+        fold,
+        tokens_before=2_405,
+        tokens_after=944,
+        reason=REASON_THRESHOLD,
+        model="openai/cheap",
+        usage=Usage(),
+    )
+    lines = history_line(record, 100).splitlines()
+    assert lines[0].startswith("summary   12 earlier messages folded (threshold; ~2,405 → ~944")
+    assert [line.strip() for line in lines[1:]] == [
+        "The user keeps notes.",
+        "They asked for nothing yet.",
+    ]
+    done = CompactOutput(
+        record_id="rec",
+        compacted=True,
+        folded_messages=12,
+        kept_messages=3,
+        tokens_before=2_405,
+        tokens_after=944,
+        model="openai/cheap",
+    )
+    assert compaction_line(done) == (
+        "(history compacted: 12 earlier messages folded into a summary by openai/cheap, "
+        "~2,405 → ~944 tokens; /history shows it)"
+    )
