@@ -81,6 +81,13 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
+def _share(env: Mapping[str, str], name: str, default: float) -> float:
+    value = _float(env, name, default)
+    if value > 1:
+        raise SettingsError(f"{name} must be a share between 0 and 1, got {env[name]!r}")
+    return value
+
+
 def _port(env: Mapping[str, str], name: str) -> int | None:
     if _opt(env, name) is None:
         return None
@@ -251,6 +258,13 @@ class Settings:
     first text of a call is sent at once. Each send is one signal in history."""
     tool_timeout_s: float = DEFAULT_PARAMETERS.tool_start_to_close.total_seconds()
     tool_max_attempts: int = DEFAULT_PARAMETERS.tool_max_attempts
+    context_window: int | None = None
+    """Every model's context window in tokens (``DPLAN_CONTEXT_WINDOW``), unless its agent
+    sets ``context_window``; None: litellm's model info (no proactive compaction for a
+    model it does not know; a provider's refusal still compacts)."""
+    compact_at: float = 0.75
+    """The share of the context window a prompt may reach before the older history is
+    folded into a summary (``DPLAN_COMPACT_AT``, 0 < share <= 1; ``domain/compaction.py``)."""
     default_budget: Budget | None = None
     agents_file: Path | None = None
     """An agents file (TOML/YAML/JSON) overriding or adding agents; None: the built-ins."""
@@ -349,6 +363,8 @@ class Settings:
             / 1000,
             tool_timeout_s=_float(e, "DPLAN_TOOL_TIMEOUT_S", defaults.tool_timeout_s),
             tool_max_attempts=_int(e, "DPLAN_TOOL_MAX_ATTEMPTS", defaults.tool_max_attempts),
+            context_window=_int(e, "DPLAN_CONTEXT_WINDOW", 0) or None,
+            compact_at=_share(e, "DPLAN_COMPACT_AT", defaults.compact_at),
             agents_file=_path(e, "DPLAN_AGENTS"),
             default_budget=_budget(e),
             notify_deliver_for_s=_float(

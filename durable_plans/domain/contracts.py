@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from durable_plans.domain.agents import AgentSpec
 from durable_plans.domain.approvals import ApprovalPolicy
+from durable_plans.domain.compaction import WindowCheck
 from durable_plans.domain.models import (
     Budget,
     ModelUsage,
@@ -142,6 +143,11 @@ class LlmCallInput(_Payload):
     close_on_answer: EndSubtaskInput | None = None
     # Tools not built in (MCP servers' tools the agent may call), as fixed at plan start.
     extra_tools: tuple[ToolSchema, ...] = ()
+    # Runs that compact (``versions.COMPACTION``): a prompt past ``DPLAN_COMPACT_AT`` of the
+    # model's window is not sent; the output says so (``over_window``) and the workflow
+    # compacts first. ``context_window``: the agent's own, if it sets one.
+    check_window: bool = False
+    context_window: int | None = None
 
 
 class ToolCallRef(_Payload):
@@ -158,6 +164,8 @@ class LlmCallOutput(_Payload):
     finish_reason: str | None = None
     replayed: bool = False  # True when the answer was already in the store (retry after crash)
     branch_closed: bool = False  # ``close_on_answer`` was carried out
+    # Not sent: the prompt would pass the compaction threshold (``check_window``).
+    over_window: WindowCheck | None = None
 
 
 class ToolCallInput(_Payload):

@@ -40,6 +40,14 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.agents import DELEGATE_TOOL, SPAWN_TOOL, AgentCatalog, AgentSpec
     from durable_plans.domain.approvals import ApprovalPolicy, effective_policy, needs_approval
+    from durable_plans.domain.compaction import (
+        ACT_COMPACT_HISTORY,
+        REASON_EXCEEDED,
+        REASON_THRESHOLD,
+        CompactInput,
+        CompactOutput,
+        WindowCheck,
+    )
     from durable_plans.domain.contracts import (
         ACT_APPEND_NOTES,
         ACT_CALL_LLM,
@@ -144,6 +152,13 @@ class AgentLoop:
     models: tuple[ModelUsage, ...] = ()
     phase: str = "starting"
     latest: str = ""  # the last answer's text, for watchers (the progress query)
+    # What this loop folded (``domain/compaction.py``): the session's compaction events.
+    compactions: list[CompactOutput] = field(default_factory=list)
+    # The turn whose call was last compacted for: its next call is sent as it is; and the
+    # one whose call was last refused as too long (one compaction and one retry each).
+    _compacted_turn: int | None = field(default=None, repr=False)
+    _refused_turn: int | None = field(default=None, repr=False)
+    _compacting: bool | None = field(default=None, repr=False)  # versions.COMPACTION
     # The MCP servers' tools fixed when the plan started; the agent's ``mcp`` picks some.
     mcp_servers: tuple[McpServerTools, ...] = ()
     # The tree the tools work on and the commit it is at; None: the worker's workspace
@@ -188,8 +203,23 @@ class AgentLoop:
         return (*self.spec.tools, *(t for t in self.custom_tools if t not in self.spec.tools))
 
     async def run(self, max_turns: int) -> str:
-        """The final answer; ``LoopFailed`` or an activity's error otherwise."""
+        """The final answer; ``LoopFailed`` or an activity's error otherwise.
+
+        In runs that compact, a call the provider refuses as over the model's context
+        window gets one compaction of the history and one more try before it fails."""
         first_turn = self.turn
+        while True:
+            try:
+                return await self._turns(max_turns, first_turn)
+            except ActivityError as err:
+                if not self._refused_as_too_long(err):
+                    raise
+                self._refused_turn = self.turn
+                if not await self._compact(REASON_EXCEEDED, None):
+                    raise err  # its cause (the provider's refusal) is what callers read
+
+    async def _turns(self, max_turns: int, first_turn: int) -> str:
+        """The loop itself, from the current turn on."""
         while self.turn - first_turn < max_turns:
             self.phase = "thinking"
             # Counted before the call: a call that fails still happened (and may be billed).
@@ -211,6 +241,8 @@ class AgentLoop:
                     begin=self.begin,
                     close_on_answer=self.close_on_answer,
                     extra_tools=self.extra_tools,
+                    check_window=self._checks_window(),
+                    context_window=self.spec.context_window,
                 ),
                 local=self.llm_local,
                 result_type=LlmCallOutput,
@@ -224,6 +256,11 @@ class AgentLoop:
                 self.latest = out.content
             self.begin = None  # built: the next calls only read it
             self.branch_closed = self.branch_closed or out.branch_closed
+            if out.over_window is not None:
+                # Not sent, nothing paid: fold the history, then ask again for this turn.
+                self.llm_calls -= 1
+                await self._compact(REASON_THRESHOLD, out.over_window)
+                continue
             if not out.tool_calls:
                 if out.content and out.content.strip():
                     self.turn += 1
@@ -257,6 +294,76 @@ class AgentLoop:
         if out.model and (out.tool_calls or out.content is not None or out.usage != Usage()):
             share = ModelUsage(model=out.model, llm_calls=1, usage=out.usage)
             self.models = ModelUsage.merged(self.models, (share,))
+
+    # ------------------------------------------------------------------ compaction
+
+    def _compacts(self) -> bool:
+        """Whether this run compacts (asked once per loop; recorded by the patch marker)."""
+        if self._compacting is None:
+            self._compacting = workflow.patched(versions.COMPACTION)
+        return self._compacting
+
+    def _checks_window(self) -> bool:
+        """Whether this turn's call is checked against the compaction threshold: in runs
+        that compact, unless the history was already compacted for it."""
+        return self._compacts() and self._compacted_turn != self.turn
+
+    def _refused_as_too_long(self, err: ActivityError) -> bool:
+        cause = err.cause
+        return (
+            isinstance(cause, ApplicationError)
+            and cause.type == FailureType.CONTEXT_WINDOW_EXCEEDED.value
+            and self._compacts()
+            and self._refused_turn != self.turn
+        )
+
+    async def _compact(self, reason: str, check: WindowCheck | None) -> bool:
+        """Fold the history before this turn's call (``compact_history``, the cheap model
+        writing the summary); whether anything was folded. A compaction that fails is
+        logged, and the call goes on without it."""
+        self._compacted_turn = self.turn
+        self.phase = "compacting the history"
+        params = policies.current_parameters()
+        what = (
+            f"~{check.estimated_tokens:,} of {check.context_window:,} tokens"
+            if check is not None
+            else "refused by the provider"
+        )
+        try:
+            out: CompactOutput = await workflow.execute_activity(
+                ACT_COMPACT_HISTORY,
+                CompactInput(
+                    session_id=self.session_id,
+                    scope=self.scope,
+                    turn=self.turn,
+                    index=0 if reason == REASON_THRESHOLD else 1,
+                    reason=reason,
+                    agent=self.spec.name,
+                    model=self.spec.model,
+                    context_window=self.spec.context_window,
+                    system_prompt=self.system_prompt,
+                    tools=self.tools,
+                    extra_tools=self.extra_tools,
+                    budget=self.budget,
+                    root_session_id=self.root_session_id,
+                ),
+                result_type=CompactOutput,
+                start_to_close_timeout=params.llm_start_to_close,
+                heartbeat_timeout=params.llm_heartbeat,
+                retry_policy=params.llm_retry,
+                summary=f"compact the history of {self.spec.name} ({what})",
+            )
+        except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise
+            workflow.logger.warning("compaction of %s failed: %s", self.session_id, _why(err))
+            return False
+        finally:
+            self.phase = "thinking"
+        self.usage = self.usage + out.usage
+        if out.compacted:
+            self.compactions.append(out)
+        return out.compacted
 
     async def _run_call(self, message_id: str, index: int, ref: ToolCallRef) -> str | None:
         """Carry out one tool call, once approved if it needs to be; returns a note for

@@ -51,6 +51,12 @@ GIT_WORKSPACE = "git-workspace-1"
 # the worker's workspace directory as before.
 CHAT_WORKSPACE = "chat-workspace-1"
 
+# An agent loop compacts its history (``domain/compaction.py``): a call whose prompt would
+# pass DPLAN_COMPACT_AT of the model's window is not sent (its result says so) and a
+# ``compact_history`` activity runs first; a call refused as over the window gets one
+# compaction and one more try. Asked before a loop's first call.
+COMPACTION = "compaction-1"
+
 # A plan too big for one payload travels by reference (domain/plan_data.py): its first
 # run stores the packed plan in the session store (a local activity), and every run checks
 # the reference it holds (another) before anything else. Only plans sent packed or by
