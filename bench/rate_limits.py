@@ -5,15 +5,16 @@
 Issue 23's measurement: independent subtasks (two LLM calls each: a tool call, then the
 answer) on **two worker processes** against a fake provider limited to ``--rps`` requests
 a second and ``--tpm`` tokens a minute (``FakeProvider(requests_per_s=..,
-tokens_per_minute=..)``: 429 with Retry-After above them). Run twice on one dev server,
-one session store:
+tokens_per_minute=..)``: 429 with Retry-After above them). One dev server, one session
+store, one pair of workers, three plans one after the other:
 
-* **before**: no ``DPLAN_RATE_LIMITS``: each worker learns the limit by being refused
-  (Temporal retries after the Retry-After);
-* **after**: ``DPLAN_RATE_LIMITS`` at ``--share`` (90 %) of the provider's rates, shared
-  by both workers through the SQLite store beside the session store
-  (``activities/rate_limits.py``); then **after 2**, a second plan on the same workers,
-  whose token estimates have learnt how the provider counts.
+* **before**: the subtasks use the workers' default model, which has no limits: each worker
+  learns the provider's limit by being refused (Temporal retries after the Retry-After);
+* **after**: the subtasks name another model of the same provider, which
+  ``DPLAN_RATE_LIMITS`` limits at ``--share`` (90 %) of the provider's rates, shared by
+  both workers through the SQLite store beside the session store
+  (``activities/rate_limits.py``); then **after 2**, the same again, the workers' token
+  estimates having learnt how the provider counts.
 
 Printed per run: requests the provider received, how many it refused (and their share),
 the wall time of the plan (client start → result) and the ideal, which is the answered
@@ -45,7 +46,8 @@ from durable_plans.embedded import temporal_binary
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.testing import FakeProvider, RecordedRequest
 
-MODEL = "openai/fake-model"
+MODEL = "openai/fake-model"  # the workers' default model: not limited
+LIMITED_MODEL = "openai/fake-limited"  # the same fake provider, under DPLAN_RATE_LIMITS
 FAKE_KEY = "sk-bench-fake-000000000000000000000000000"  # the fake provider checks no key
 WORKERS = 2
 
@@ -66,7 +68,7 @@ class Run:
         return self.refused / self.requests if self.requests else 0.0
 
 
-def independent_plan(subtasks: int) -> Plan:
+def independent_plan(subtasks: int, model: str | None = None) -> Plan:
     return Plan(
         id=f"bench-limits-{uuid.uuid4().hex[:10]}",
         goal="rate limits benchmark",
@@ -76,6 +78,7 @@ def independent_plan(subtasks: int) -> Plan:
                 id=f"s{k}",
                 description=f"Step {k}: look at the workspace and report what it contains.",
                 agent="coder",
+                model=model,
             )
             for k in range(subtasks)
         ),
@@ -137,12 +140,18 @@ def worker_env(
 
 
 async def run_once(
-    client: Client, provider: FakeProvider, queue: str, *, label: str, subtasks: int
+    client: Client,
+    provider: FakeProvider,
+    queue: str,
+    *,
+    label: str,
+    subtasks: int,
+    model: str | None,
 ) -> Run:
     """One plan on the workers polling ``queue``; what the provider saw meanwhile."""
     await asyncio.sleep(2.0)  # the provider's buckets fill again after the previous run
     first = len(provider.requests)
-    plan = independent_plan(subtasks)
+    plan = independent_plan(subtasks, model)
     started = time.perf_counter()
     report = await client.execute_workflow(
         "PlanWorkflow", PlanInput(plan=plan), id=plan.id, task_queue=queue,
@@ -185,7 +194,7 @@ def _tpm(provider: FakeProvider) -> float:
 
 async def measure(args: argparse.Namespace) -> list[Run]:
     share = args.share
-    limits = f"{MODEL}=rpm:{args.rps * 60 * share:g},tpm:{args.tpm * share:g}"
+    limits = f"{LIMITED_MODEL}=rpm:{args.rps * 60 * share:g},tpm:{args.tpm * share:g}"
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="dplan-bench-limits-") as tmp_name:
         tmp = Path(tmp_name)
@@ -201,30 +210,35 @@ async def measure(args: argparse.Namespace) -> list[Run]:
                     plugins=[DurablePlansPlugin()],
                     dev_server_log_level="error",
                 )
-            workers: list[tuple[str, str, list[Worker]]] = []
+            workers: list[Worker] = []
             try:
                 address = env.client.service_client.config.target_host
-                # Both runs' workers start at once (litellm's import dominates), each run
-                # on a task queue of its own; the idle pair only polls meanwhile.
-                for label, spec in (("before", None), ("after", limits)):
-                    wenv = worker_env(address, provider, tmp, spec)
-                    pair = [Worker(wenv, tmp / f"{label}-{i}.log") for i in range(WORKERS)]
-                    workers.append((label, wenv["DPLAN_TASK_QUEUE"], pair))
-                await asyncio.gather(*(w.ready() for _, _, pair in workers for w in pair))
+                # One pair of workers for every run: the plan before names no model (the
+                # workers' default, not limited), the plans after name the limited one.
+                wenv = worker_env(address, provider, tmp, limits)
+                workers += [Worker(wenv, tmp / f"worker-{i}.log") for i in range(WORKERS)]
+                await asyncio.gather(*(w.ready() for w in workers))
                 # The second plan with limits shows them warm: each worker has learnt how
                 # the provider counts tokens (its estimate starts at four characters each,
                 # tool schemas included, which this provider does not count).
-                (_, before, _), (_, after, _) = workers
-                for label, queue in (("before", before), ("after", after), ("after 2", after)):
+                for label, model in (
+                    ("before", None),
+                    ("after", LIMITED_MODEL),
+                    ("after 2", LIMITED_MODEL),
+                ):
                     runs.append(
                         await run_once(
-                            env.client, provider, queue, label=label, subtasks=args.subtasks
+                            env.client,
+                            provider,
+                            wenv["DPLAN_TASK_QUEUE"],
+                            label=label,
+                            subtasks=args.subtasks,
+                            model=model,
                         )
                     )
             finally:
-                for _, _, pair in workers:
-                    for w in pair:
-                        w.stop()
+                for w in workers:
+                    w.stop()
                 await env.shutdown()
     print(f"limits after: DPLAN_RATE_LIMITS={limits!r}")
     return runs
