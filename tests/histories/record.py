@@ -33,6 +33,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.cli.replay_command import RunHistory, collect_runs, replay_runs, save_runs
 from durable_plans.client._approvals import decide, pending_calls
+from durable_plans.domain.agents import BUILTIN_CATALOG
 from durable_plans.domain.approvals import ApprovalPolicy
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
@@ -91,6 +92,7 @@ class Env:
     server: WorkflowEnvironment
     task_queue: str
     tmp: Path
+    provider: FakeProvider | None = None  # the in-process worker's model endpoint
 
     @property
     def client(self) -> Client:
@@ -221,6 +223,60 @@ async def case_session(env: Env) -> list[str]:
     return [handle.id]
 
 
+async def case_compaction(env: Env) -> list[str]:
+    """(i) Compaction (``compaction-1``): a conversation that outgrows its agent's
+    900-token window is folded into a summary (``compact_history``) before a call that
+    would pass the threshold, which then goes out on the folded history. On a worker of
+    its own whose calls do not stream (the signals would be most of the file). The path
+    where the provider refuses a call first replays in tests/integration/test_compaction.py
+    (the set must stay under 3 MB)."""
+    provider = env.provider
+    assert provider is not None
+    settings = Settings(
+        task_queue=f"rec-{uuid.uuid4().hex[:8]}",
+        model="openai/fake-model",
+        subagent_model="openai/cheap-model",
+        api_base=provider.base_url,
+        api_key=FAKE_KEY,
+        session_store=str(env.tmp / "compaction.db"),
+        workspace=env.tmp / "workspace",
+        state_dir=env.tmp / "state",
+        llm_timeout_s=30.0,
+        stream="off",
+    )
+    ask = BUILTIN_CATALOG.get("ask")
+    agents = BUILTIN_CATALOG.merged([ask.model_copy(update={"context_window": 900})]).agents
+    texts = [
+        f"Note {i}: " + "remember this detail of the long conversation. " * 4 for i in range(2)
+    ]
+    session_id = "hist-compaction"
+    store = await open_session_store(settings.session_store)
+    worker = build_worker(env.client, settings, store)
+    running = asyncio.create_task(worker.run())
+    try:
+        handle = await env.client.start_workflow(
+            "SessionWorkflow",
+            SessionInput(session_id=session_id, agent="ask", agents=agents),
+            id=session_workflow_id(session_id),
+            task_queue=settings.task_queue,
+            result_type=SessionState,
+        )
+        folded = 0
+        for text in texts:
+            result = await handle.execute_update(
+                "send_message", SendMessageInput(text=text), result_type=SendMessageResult
+            )
+            folded += len(result.compactions)
+        await handle.signal("end")
+        state = await handle.result()
+    finally:
+        await worker.shutdown()
+        await asyncio.gather(running, return_exceptions=True)
+        await store.close()
+    _expect(state.messages_handled == len(texts) and folded >= 1, "compaction", (state, folded))
+    return [handle.id]
+
+
 async def case_approval(env: Env) -> list[str]:
     """(f) Tool calls waiting for approval (``tool-approval-1``): one approved, one
     rejected with a reason, one approved with replaced arguments (Updates)."""
@@ -345,6 +401,7 @@ CASES: dict[str, Case] = {
     "pause": case_pause,
     "approval": case_approval,
     "workspace": case_workspace,
+    "compaction": case_compaction,
 }
 
 
@@ -396,7 +453,7 @@ async def in_process_worker(server: WorkflowEnvironment, tmp: Path) -> AsyncIter
         worker = build_worker(server.client, settings, store)
         task = asyncio.create_task(worker.run())
         try:
-            yield Env(server=server, task_queue=settings.task_queue, tmp=tmp)
+            yield Env(server=server, task_queue=settings.task_queue, tmp=tmp, provider=provider)
         finally:
             await worker.shutdown()
             await asyncio.gather(task, return_exceptions=True)

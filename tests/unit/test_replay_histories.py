@@ -48,7 +48,7 @@ LATER_CASES = {
     FIRST_RELEASE.name: ("session",),
     FEWER_ROUND_TRIPS.name: ("session", "pause", "approval", "streamed"),
     GIT_WORKSPACE.name: ("session", "pause", "approval", "workspace"),
-    CURRENT.name: ("pause", "approval", "workspace"),
+    CURRENT.name: ("pause", "approval", "workspace", "compaction"),
 }
 # The shapes whose plans keep the workspace in git (git-workspace-1).
 IN_GIT = (GIT_WORKSPACE, CURRENT)
@@ -118,7 +118,11 @@ def test_only_the_current_shape_makes_llm_calls_as_local_activities() -> None:
     plans = [p for p in FILES if "__" not in p.name and not p.name.startswith("session")]
     for path in plans:
         assert ("llm-local-1" in _patches(path)) == path.is_relative_to(CURRENT), path
-    subtasks = [p for p in FILES if "__" in p.name and p.is_relative_to(CURRENT)]
+    subtasks = [
+        p
+        for p in FILES
+        if "__" in p.name and p.is_relative_to(CURRENT) and not p.name.startswith("session__")
+    ]
     assert subtasks
     for path in subtasks:
         assert _activity_types(path)["call_llm"] == 0, path
@@ -308,3 +312,19 @@ def test_replay_command_names_the_run_that_is_not_deterministic(
         f"error: non-determinism error in workflow 'hist-success/a' run {run.run_id} (run index 0):"
     )
     assert detail.startswith("  [TMPRL1100] Nondeterminism error: "), detail
+
+
+def test_the_compaction_case_folds_before_a_call_and_sends_it_then() -> None:
+    """compaction-1: a conversation's call over its window's threshold is answered
+    without being sent, a compact_history activity folds the history, and the same turn's
+    call goes out after it."""
+    path = CURRENT / "compaction" / "session__hist-compaction.0.json"
+    assert "compaction-1" in _patches(path)
+    assert _activity_types(path)["compact_history"] >= 1
+    scheduled = [
+        e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+        for e in json.loads(path.read_text())["events"]
+        if "activityTaskScheduledEventAttributes" in e
+    ]
+    first = scheduled.index("compact_history")
+    assert scheduled[first - 1 : first + 2] == ["call_llm", "compact_history", "call_llm"]
