@@ -8,9 +8,10 @@ is measured is orchestration, never a model (``bench.scale``'s setup).
 
 Both plans have one shape, scaled: a root subtask, half the plan as chains of 10 hanging
 off it, the other half a wide fan-out off the root, ``max_parallel`` 300, descriptions of
-about 300 characters. Both are past what travels whole (the 1,000-subtask plan's input
-is about 350 KiB, the line is 256 KiB), so both go by reference (``domain.plan_data``),
-sent packed by a client that cannot reach the session store, as a service would.
+about 300 characters, agent ``ask`` (one scripted LLM call per subtask, no tool). Both
+are past what travels whole (the 1,000-subtask plan's input is about 350 KiB, the line
+is 256 KiB), so both go by reference (``domain.plan_data``), sent packed by a client that
+cannot reach the session store, as a service would.
 
 Printed per plan: wall time from the start request to the report, subtasks/s and its
 ratio to the small plan's (the goal: no slowdown with size), and for every PlanWorkflow
@@ -57,6 +58,9 @@ from durable_plans.settings import Settings
 from durable_plans.worker import build_worker
 
 MAX_PARALLEL = 300
+# One scripted call per subtask (``ask`` has no tools): what grows with the plan is the
+# orchestration, which is what this measures; bench.scale runs the tool-calling coder.
+AGENT = "ask"
 CHAIN = 10
 HISTORY_BYTES_LIMIT = 50 * 1024 * 1024
 PAYLOAD_LIMIT = 2 * 1024 * 1024
@@ -72,7 +76,7 @@ def wide_plan(subtasks: int, *, prefix: str = "big") -> Plan:
     off it; chains declared layer by layer so results merge in order as they come."""
     chained = (subtasks - 1) // 2
     chains = -(-chained // CHAIN)
-    items = [Subtask(id="root", description=f"Survey the work. {FILLER}")]
+    items = [Subtask(id="root", description=f"Survey the work. {FILLER}", agent=AGENT)]
     for step in range(CHAIN):
         for c in range(chains):
             if c * CHAIN + step >= chained:
@@ -81,11 +85,12 @@ def wide_plan(subtasks: int, *, prefix: str = "big") -> Plan:
                 Subtask(
                     id=f"c{c}-s{step}",
                     description=f"Chain {c}, step {step}: {FILLER}",
+                    agent=AGENT,
                     depends_on=(f"c{c}-s{step - 1}" if step else "root",),
                 )
             )
     items.extend(
-        Subtask(id=f"f{i}", description=f"Item {i}: {FILLER}", depends_on=("root",))
+        Subtask(id=f"f{i}", description=f"Item {i}: {FILLER}", agent=AGENT, depends_on=("root",))
         for i in range(subtasks - len(items))
     )
     return Plan(
@@ -219,7 +224,7 @@ def report(results: list[Result]) -> None:
     print(
         f"scripted model {SCRIPTED_MODEL}, {LATENCY_ENV}=0; SQLite session store; one dev "
         f"server, one in-process worker; {os.cpu_count()} CPUs; a root, chains of {CHAIN} "
-        f"and a fan-out, max_parallel {MAX_PARALLEL}; sent packed (by reference)\n"
+        f"and a fan-out, max_parallel {MAX_PARALLEL}, agent {AGENT}; sent packed (by reference)\n"
     )
     base = results[0]
     print(

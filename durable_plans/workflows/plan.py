@@ -129,6 +129,9 @@ MAX_RESULT_EXCERPT = 4000
 # summary``): status queries, its result, its failure's details and its webhook list this
 # many rows at most; the whole report is kept in the session store when it ends.
 REPORT_ROWS = 1000
+# Children started per scheduling pass at most: each start costs the workflow task a few
+# milliseconds, more on a loaded host, and a task must end within the SDK's 2 s.
+START_BATCH = 50
 PAYLOAD_BUDGET_CHARS = 400_000  # carried results stay far below the 512 KiB warning
 
 
@@ -203,6 +206,7 @@ class PlanWorkflow(PauseHandlers):
         # them up on every start and merge, which a scan of the plan would make quadratic.
         self._subtasks: dict[str, Subtask] = {}
         self._merge_from = 0
+        self._batched = False  # at most START_BATCH starts per pass (versions.START_BATCH)
 
     def _wake(self) -> None:
         """Something changed: the scheduler looks again."""
@@ -432,6 +436,7 @@ class PlanWorkflow(PauseHandlers):
             raise invalid_plan_error(f"invalid plan {plan.id!r}: " + "; ".join(problems), problems)
         self._dag = DagIndex(plan)
         self._subtasks = {s.id: s for s in plan.subtasks}
+        self._batched = workflow.patched(versions.START_BATCH)
         # Asked here, once, whatever happens next: a patch asked at a moment that depends
         # on timing would be answered differently by a run and its replay.
         self._git = workflow.patched(versions.GIT_WORKSPACE)
@@ -617,9 +622,11 @@ class PlanWorkflow(PauseHandlers):
             statuses[sid] = SubtaskStatus.SKIPPED
         if not start_new:
             return
-        for sid in ready_subtasks(dag, statuses):
-            if len(self._running) >= plan.max_parallel:
-                break
+        for started, sid in enumerate(ready_subtasks(dag, statuses)):
+            if len(self._running) >= plan.max_parallel or (
+                self._batched and started >= START_BATCH
+            ):
+                break  # the rest when a child finishes (the next pass, the next task)
             self._start(plan, sid, inp)
 
     def _start(self, plan: Plan, sid: str, inp: PlanInput) -> None:

@@ -63,6 +63,12 @@ COMPACTION = "compaction-1"
 # reference take the path, so no run recorded before it has these commands.
 PLAN_DATA_REF = "plan-data-ref-1"
 
+# A plan starts at most ``workflows.plan.START_BATCH`` children per scheduling pass (two
+# passes per workflow task): hundreds ready at once are started over several tasks instead
+# of one that outlasts the SDK's 2 s deadlock bound on a loaded host (and is then retried
+# forever). Asked once, in the run's first task; runs without the marker start all.
+START_BATCH = "start-batch-1"
+
 # A subtask's LLM calls run as local activities (``workflows/llm_call.py``): the whole
 # common path (two calls and a tool call) fits in one workflow task, with no activity task
 # to match and three events per call fewer; a join's workspace merge is local too. Decided
