@@ -24,7 +24,7 @@ from temporalio.client import WorkflowFailureError
 from durable_plans.client import Client as PlansClient
 from durable_plans.client._operator import default_operator
 from durable_plans.domain.approvals import QUERY_APPROVALS, ApprovalPolicy, WorkflowApprovals
-from durable_plans.domain.models import Plan, PlanStatus, Subtask, SubtaskStatus
+from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask, SubtaskStatus
 from durable_plans.testing import FakeProvider
 from durable_plans.ui import UiSecurity, running_ui
 from durable_plans.ui.server import UiServer
@@ -174,11 +174,14 @@ async def test_a_layered_plan_is_drawn_and_updates_live(harness: Harness, tmp_pa
 
         # A subtask's panel: its conversation from the session store, its link.
         await click(cdp, '#graph g.node[data-id="L3-2"]')
-        await cdp.wait_for("document.querySelectorAll('#conversation .msg').length > 0")
-        conversation = await cdp.evaluate("document.getElementById('conversation').innerText")
+        # (read in one step each: the panel may be redrawn as the plan's last events land)
+        conversation = await cdp.wait_for(
+            "document.querySelectorAll('#conversation .msg').length > 0 "
+            "&& document.getElementById('conversation').innerText"
+        )
         assert "list_dir" in conversation and "Step 3.2" in conversation
         await cdp.screenshot(tmp_path / "ui-plan-page.png", scale=0.6)  # docs/plan-page.png
-        link = await cdp.evaluate("document.querySelector('#panel a').href")
+        link = await cdp.wait_for("(document.querySelector('#panel dd a') || {}).href")
         assert link.endswith(f"/workflows/{plan.id}%2FL3-2")
         # The timeline shows when each subtask ran.
         await click(cdp, '#toolbar .tab[data-view="timeline"]')
@@ -196,10 +199,12 @@ async def test_a_layered_plan_is_drawn_and_updates_live(harness: Harness, tmp_pa
 # --------------------------------------------------------------------------- approvals
 
 
-@pytest.mark.parametrize("decision", ["approve", "reject"])
+@pytest.mark.parametrize("decision", ["approve", "edit", "reject"])
 async def test_a_waiting_tool_call_is_decided_from_the_page(
     harness: Harness, tmp_path: Path, decision: str
 ) -> None:
+    (harness.settings.workspace / "sub").mkdir()
+    (harness.settings.workspace / "sub" / "edited.txt").write_text("edited\n")
     plan = make_plan([("look", "Look at the workspace", [])], prefix=f"ui-{decision}")
     plan = plan.model_copy(update={"approval": ApprovalPolicy(tools=("list_dir",))})
     handle = await harness.start(plan)
@@ -211,7 +216,10 @@ async def test_a_waiting_tool_call_is_decided_from_the_page(
         await cdp.screenshot(tmp_path / f"ui-{decision}-waiting.png")
         if decision == "reject":
             await set_value(cdp, f'{row} input[name="reason"]', "not in this sandbox")
-        await click(cdp, f'{row} button[data-action="{decision}"]')
+        if decision == "edit":  # approve with edited arguments
+            await set_value(cdp, f'{row} textarea[name="arguments"]', '{"path": "sub"}')
+        button = "reject" if decision == "reject" else "approve"
+        await click(cdp, f'{row} button[data-action="{button}"]')
         report = await asyncio.wait_for(handle.result(), timeout=WAIT_S)
         await cdp.wait_for(
             "document.getElementById('plan-status').dataset.status === 'completed'",
@@ -221,14 +229,22 @@ async def test_a_waiting_tool_call_is_decided_from_the_page(
 
     assert report.status is PlanStatus.COMPLETED
     who = default_operator()  # recorded as the CLI records it (--by's default)
-    assert f"look:0.0: {'approved' if decision == 'approve' else 'rejected'} by {who}" in flash
+    said = {
+        "approve": "approved",
+        "edit": "approved with edited arguments",
+        "reject": "rejected",
+    }[decision]
+    assert f"look:0.0: {said} by {who}" in flash
     snap = await harness.client.get_workflow_handle(f"{plan.id}/look").query(
         QUERY_APPROVALS, result_type=WorkflowApprovals
     )
-    assert [(d.approved, d.who) for d in snap.decided] == [(decision == "approve", who)]
+    assert [(d.approved, d.who) for d in snap.decided] == [(decision != "reject", who)]
     answer = tool_answers(await subtask_messages(harness.store, report, "look"))[0].content or ""
     if decision == "approve":
-        assert "README.md" in answer
+        assert "README.md" in answer and snap.decided[0].arguments is None
+    elif decision == "edit":
+        assert "edited.txt" in answer and "README.md" not in answer
+        assert snap.decided[0].arguments == '{"path": "sub"}'
     else:
         assert snap.decided[0].reason == "not in this sandbox"
         assert "not in this sandbox" in answer
@@ -259,17 +275,18 @@ async def test_edit_and_rerun_runs_the_subtask_and_its_dependents_only(
 
     async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
         await open_page(cdp, f"{ui.url}#/plan/{plan.id}/broken")
-        await cdp.wait_for("document.getElementById('subtask-error') !== null")
-        error = await cdp.evaluate("document.getElementById('subtask-error').textContent")
+        error = await cdp.wait_for("(document.getElementById('subtask-error') || {}).textContent")
+        # The plan's stream has said it ended: nothing redraws the panel under the edit.
+        await cdp.wait_for("window.dplanPage.closed === true")
         assert "400" in error or "BadRequest" in error
         fixed = "Build it, fixed [marker:fixed]"
         await set_value(cdp, '#rerun-form textarea[name="description"]', fixed)
         await click(cdp, '#rerun-form button[data-action="rerun"]')
-        await cdp.wait_for(
-            "document.getElementById('flash').textContent.startsWith('retrying')",
+        flash = await cdp.wait_for(
+            "document.getElementById('flash').textContent.startsWith('retrying') "
+            "&& document.getElementById('flash').textContent",
             timeout_s=WAIT_S,
         )
-        flash = await cdp.evaluate("document.getElementById('flash').textContent")
         assert flash == "retrying: broken, after"
         report = await client.report(plan.id)
         await cdp.wait_for(
@@ -297,7 +314,7 @@ async def test_forged_and_tokenless_requests_are_refused(harness: Harness, tmp_p
     assert isinstance(harness.provider, GatedProvider)
     held = harness.provider.gate("hold", 99, first_call_of("Wait here"))
     plan = make_plan([("w", "Wait here", [])], prefix="ui-forge")
-    handle = await harness.start(plan)
+    await harness.start(plan)
     await wait_status(harness, plan.id, "w", SubtaskStatus.RUNNING)
 
     async with ui_for(harness) as ui, aiohttp.ClientSession() as http:
@@ -354,9 +371,27 @@ async def test_forged_and_tokenless_requests_are_refused(harness: Harness, tmp_p
     with pytest.raises(ValueError, match="not a local address"):
         UiSecurity(bind_host="0.0.0.0", token=None)
 
-    held.release()
-    report = await asyncio.wait_for(handle.result(), timeout=WAIT_S)
-    assert report.status is PlanStatus.COMPLETED
+    # The page's own request does what the forged ones could not.
+    async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
+        await open_page(cdp, f"{ui.url}#/plan/{plan.id}")
+        await cdp.evaluate("window.confirm = () => true")  # the 'cancel plan?' question
+        await click(cdp, '#plan-controls button[data-action="cancel"]')
+        await cdp.wait_for(
+            "document.getElementById('flash').textContent.includes('asked to stop')",
+            timeout_s=WAIT_S,
+        )
+        held.release()  # the held model call answers; the plan is already asked to stop
+        report = await client_report(harness, plan.id)
+        await cdp.wait_for(
+            "document.getElementById('plan-status').dataset.status === 'cancelled'",
+            timeout_s=WAIT_S,
+        )
+    assert report.status is PlanStatus.CANCELLED
+
+
+async def client_report(harness: Harness, plan_id: str) -> PlanReport:
+    client = PlansClient(harness.client, harness.settings)
+    return await asyncio.wait_for(client.report(plan_id), timeout=WAIT_S)
 
 
 async def client_status(harness: Harness, plan_id: str) -> PlanStatus:

@@ -200,7 +200,10 @@
         this.refreshTimeline();
         this.refreshApprovals();
         this.paintHead();
-        if (this.selected) this.soonPanel();
+        // Redraw the panel only if its subtask changed: an edit being typed stays.
+        const shown = $("panel").dataset.status;
+        const now = this.graph.results.get(this.selected);
+        if (this.selected && now && shown !== now.status) this.soonPanel();
       } else if (event.type === "error") {
         flash(event.error, true);
       }

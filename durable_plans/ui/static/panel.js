@@ -112,6 +112,7 @@
     if (panel.dataset.subtask !== sid) return; // another was chosen meanwhile
     const def = data.subtask;
     const r = data.result || { status: "pending", agent: def.agent, usage: { tokens: 0, prompt_tokens: 0, completion_tokens: 0, cost_usd: 0 }, llm_calls: 0, retries: 0 };
+    panel.dataset.status = r.status;
     const secs = page.graph.durationOf(sid);
     const close = h("button", { type: "button", onclick: () => page.select(null) }, "close");
     panel.replaceChildren(
@@ -164,13 +165,19 @@
     }
   }
 
+  /* The waiting calls, updated in place: a row already shown keeps what the operator
+   * typed (edited arguments, a reason) while the list refreshes around it. */
   function showApprovals(page, calls) {
     const box = document.getElementById("approvals");
-    box.replaceChildren();
     box.hidden = !calls.length;
-    if (!calls.length) return;
-    box.append(h("strong", {}, `${calls.length} tool call${calls.length > 1 ? "s" : ""} waiting for a decision`));
+    const wanted = new Set(calls.map((c) => c.call));
+    const shown = new Map([...box.querySelectorAll(".approval")].map((row) => [row.dataset.call, row]));
+    for (const [call, row] of shown) if (!wanted.has(call)) row.remove();
+    let title = box.querySelector("strong");
+    if (!title) { title = h("strong", {}); box.prepend(title); }
+    title.textContent = `${calls.length} tool call${calls.length > 1 ? "s" : ""} waiting for a decision`;
     for (const c of calls) {
+      if (shown.has(c.call)) continue;
       const args = h("textarea", { name: "arguments", "aria-label": "arguments" });
       args.value = c.arguments;
       const reason = h("input", { name: "reason", placeholder: "reason (the model reads it)", size: "28" });
