@@ -298,23 +298,26 @@ class AgentLoop:
     # ------------------------------------------------------------------ compaction
 
     def _compacts(self) -> bool:
-        """Whether this run compacts (asked once per loop; recorded by the patch marker)."""
+        """Whether this run compacts after a refusal (``versions.COMPACTION``): asked only
+        when a call was refused as too long, so the marker (and the search-attribute
+        upsert a patch costs) is in the histories of those runs alone."""
         if self._compacting is None:
             self._compacting = workflow.patched(versions.COMPACTION)
         return self._compacting
 
     def _checks_window(self) -> bool:
-        """Whether this turn's call is checked against the compaction threshold: in runs
-        that compact, unless the history was already compacted for it."""
-        return self._compacts() and self._compacted_turn != self.turn
+        """Whether this turn's call is checked against the compaction threshold: unless the
+        history was already compacted for it. No patch: what follows a check is decided by
+        the call's recorded result (``over_window``), which no run from before has."""
+        return self._compacted_turn != self.turn
 
     def _refused_as_too_long(self, err: ActivityError) -> bool:
         cause = err.cause
         return (
             isinstance(cause, ApplicationError)
             and cause.type == FailureType.CONTEXT_WINDOW_EXCEEDED.value
-            and self._compacts()
             and self._refused_turn != self.turn
+            and self._compacts()
         )
 
     async def _compact(self, reason: str, check: WindowCheck | None) -> bool:

@@ -51,10 +51,11 @@ GIT_WORKSPACE = "git-workspace-1"
 # the worker's workspace directory as before.
 CHAT_WORKSPACE = "chat-workspace-1"
 
-# An agent loop compacts its history (``domain/compaction.py``): a call whose prompt would
-# pass DPLAN_COMPACT_AT of the model's window is not sent (its result says so) and a
-# ``compact_history`` activity runs first; a call refused as over the window gets one
-# compaction and one more try. Asked before a loop's first call.
+# An agent loop compacts its history (``domain/compaction.py``) when a call is refused as
+# over the model's window: one ``compact_history`` activity and one more try, where runs
+# from before failed. Asked only then. (A call whose prompt would pass DPLAN_COMPACT_AT of
+# the window is not sent and its result says so, which is what schedules the compaction
+# before it: no run from before has such a result, so that path needs no patch.)
 COMPACTION = "compaction-1"
 
 # A plan too big for one payload travels by reference (domain/plan_data.py): its first
