@@ -22,21 +22,31 @@ from typing import Final
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
 from durable_plans.domain.contracts import (
     ACT_PLAN_DATA_CHECK,
-    ACT_PLAN_DATA_SAVE,
     ACT_PLAN_DATA_SAVE_REPORT,
+    ACT_PLAN_DATA_UNPACK,
     PlanDataCheckInput,
-    PlanDataSaveInput,
     PlanDataSaveReportInput,
+    PlanDataUnpackInput,
+    PlanInput,
 )
+from durable_plans.domain.failures import invalid_plan_error
+from durable_plans.domain.inputs import InvalidInput, plan_input_from_value
 from durable_plans.domain.models import Message, Plan, PlanReport, SessionMeta
 from durable_plans.domain.plan_data import (
+    MAX_LEAN_BYTES,
+    PACKED_FIELD,
+    PlanDataError,
     PlanDataRef,
     content_hash,
+    lean_plan,
     plan_bytes,
     plan_data_session_id,
+    unpack,
 )
+from durable_plans.domain.plan_loader import MAX_PLAN_BYTES, validate_plan
 from durable_plans.session_store import SessionNotFound, SessionStore
 
 CHUNK_CHARS: Final = 512 * 1024
@@ -113,11 +123,42 @@ class PlanDataActivities:
     def __init__(self, store: SessionStore) -> None:
         self._store = store
 
-    @activity.defn(name=ACT_PLAN_DATA_SAVE)
-    async def plan_data_save(self, inp: PlanDataSaveInput) -> PlanDataRef:
-        """Keep the full plan in the store (a local activity: the plan itself never
-        enters the history, only the reference this returns)."""
-        return await put_data(self._store, plan_bytes(inp.plan))
+    @activity.defn(name=ACT_PLAN_DATA_UNPACK)
+    async def plan_data_unpack(self, inp: PlanDataUnpackInput) -> PlanInput:
+        """A packed first input, made the run's input: unpacked, validated as the workflow
+        would validate it (every problem, one line each: ``InvalidPlan``), the plan kept
+        in the store and replaced by its lean form. A local activity: the whole plan never
+        enters the history, and checking thousands of subtasks takes no workflow task."""
+        where = f"invalid plan {inp.workflow_id!r}"
+        try:
+            value = unpack(inp.packed, limit=MAX_PLAN_BYTES)
+            if isinstance(value, dict) and PACKED_FIELD in value:
+                raise InvalidInput([f"{PACKED_FIELD}: a packed plan holds another"])
+            run_input = plan_input_from_value(value, workflow_id=inp.workflow_id)
+        except PlanDataError as err:
+            line = f"{PACKED_FIELD}: {err}"
+            raise invalid_plan_error(f"{where}: {line}", [line]) from None
+        except InvalidInput as err:
+            raise invalid_plan_error(f"{where}: " + "; ".join(err.problems), err.problems) from None
+        plan = run_input.plan
+        where = f"invalid plan {plan.id!r}"
+        catalog = AgentCatalog(agents=run_input.agents) if run_input.agents else BUILTIN_CATALOG
+        problems = validate_plan(plan, known_agents=catalog.names())
+        if problems:
+            raise invalid_plan_error(f"{where}: " + "; ".join(problems), problems)
+        if run_input.plan_data is not None:  # sent packed and by reference (a retry)
+            await self._check(run_input.plan_data, plan)
+            return run_input
+        lean = lean_plan(plan)
+        size = len(lean.model_dump_json(exclude_defaults=True).encode("utf-8"))
+        if size > MAX_LEAN_BYTES:
+            line = (
+                f"plan structure is too large to carry ({size} bytes of ids, agents "
+                f"and dependencies, limit {MAX_LEAN_BYTES}): split the plan"
+            )
+            raise invalid_plan_error(f"{where}: {line}", [line])
+        ref = await put_data(self._store, plan_bytes(plan))
+        return run_input.model_copy(update={"plan": lean, "plan_data": ref})
 
     @activity.defn(name=ACT_PLAN_DATA_SAVE_REPORT)
     async def plan_data_save_report(self, inp: PlanDataSaveReportInput) -> PlanDataRef:
@@ -131,10 +172,18 @@ class PlanDataActivities:
         """The reference's data is there, unchanged, and is the plan the run holds: the
         same subtasks and dependencies (descriptions, agents and models may have been
         edited since, by ``dplan retry``)."""
-        plan = await stored_plan(self._store, inp.ref)
-        if _shape(plan) != _shape(inp.lean):
-            raise unavailable(inp.ref, "is not the plan this run holds (its subtasks differ)")
+        if inp.known_agents:
+            problems = validate_plan(inp.lean, known_agents=inp.known_agents)
+            if problems:
+                where = f"invalid plan {inp.lean.id!r}"
+                raise invalid_plan_error(f"{where}: " + "; ".join(problems), problems)
+        await self._check(inp.ref, inp.lean)
         return inp.ref
+
+    async def _check(self, ref: PlanDataRef, lean: Plan) -> None:
+        plan = await stored_plan(self._store, ref)
+        if _shape(plan) != _shape(lean):
+            raise unavailable(ref, "is not the plan this run holds (its subtasks differ)")
 
 
 def _shape(plan: Plan) -> list[tuple[str, tuple[str, ...]]]:

@@ -55,7 +55,7 @@ class PlanActivities:
             self.sessions.end_subtask,
             self.sessions.merge_results,
             self.sessions.branch_spend,
-            self.plan_data.plan_data_save,
+            self.plan_data.plan_data_unpack,
             self.plan_data.plan_data_check,
             self.plan_data.plan_data_save_report,
             self.llm.call_llm,

@@ -52,7 +52,7 @@ ACT_WORKSPACE_OPEN = "workspace_open"
 ACT_WORKSPACE_MERGE = "workspace_merge"
 ACT_WORKSPACE_PUBLISH = "workspace_publish"
 # A plan's data by reference (domain/plan_data.py): kept in the session store, checked.
-ACT_PLAN_DATA_SAVE = "plan_data_save"
+ACT_PLAN_DATA_UNPACK = "plan_data_unpack"
 ACT_PLAN_DATA_CHECK = "plan_data_check"
 ACT_PLAN_DATA_SAVE_REPORT = "plan_data_save_report"
 
@@ -382,8 +382,12 @@ class PlanInput(_Payload):
     carried: PackedPlan | None = None
 
 
-class PlanDataSaveInput(_Payload):
-    plan: Plan
+class PlanDataUnpackInput(_Payload):
+    """A plan sent packed (``domain.plan_data``): unpacked, validated and stored by a
+    local activity (outside the sandbox, not bound by a workflow task's time)."""
+
+    packed: PackedPlan
+    workflow_id: str
 
 
 class PlanDataSaveReportInput(_Payload):
@@ -393,3 +397,4 @@ class PlanDataSaveReportInput(_Payload):
 class PlanDataCheckInput(_Payload):
     ref: PlanDataRef
     lean: Plan
+    known_agents: tuple[str, ...] = ()  # the run's catalogue: the lean plan is validated

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
@@ -34,20 +35,22 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
     from durable_plans.domain.agents import BUILTIN_CATALOG, MAX_TURNS, SPAWN_TOOL, AgentCatalog
     from durable_plans.domain.contracts import (
         ACT_BRANCH_SPEND,
         ACT_MERGE_RESULTS,
         ACT_PLAN_DATA_CHECK,
-        ACT_PLAN_DATA_SAVE,
         ACT_PLAN_DATA_SAVE_REPORT,
+        ACT_PLAN_DATA_UNPACK,
         PLAN_WORKFLOW,
         BranchSpendInput,
         BranchSpendOutput,
         MergeResultsInput,
         PlanDataCheckInput,
-        PlanDataSaveInput,
         PlanDataSaveReportInput,
+        PlanDataUnpackInput,
         PlanInput,
         SubtaskFailureDetails,
         SubtaskInput,
@@ -82,18 +85,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_plans.domain.operations import CARRIED_STATE_QUERY
     from durable_plans.domain.plan_data import (
-        MAX_LEAN_BYTES,
         PACKED_FIELD,
         PackedPlan,
         PlanDataError,
         PlanDataRef,
-        content_hash,
-        lean_plan,
         pack,
-        plan_bytes,
         unpack,
     )
     from durable_plans.domain.plan_loader import MAX_PLAN_BYTES, validate_plan
+    from durable_plans.domain.problems import explain_error
     from durable_plans.domain.scheduling import (
         DEAD_STATUSES,
         DagIndex,
@@ -123,6 +123,8 @@ from durable_plans.workflows.workspace import (
     subtask_identity,
     subtask_tree,
 )
+
+T = TypeVar("T")
 
 MAX_RESULT_EXCERPT = 4000
 # A plan by reference of more subtasks than this gets summary reports (``PlanReport.
@@ -200,8 +202,6 @@ class PlanWorkflow(PauseHandlers):
         self._git = False
         self._base: str | None = None
         self._published: WorkspaceSummary | None = None
-        # The first input came packed (``domain.plan_data``): the run stores it first.
-        self._packed = False
         # Subtasks by id, and how many leading ones are merged: a plan of thousands looks
         # them up on every start and merge, which a scan of the plan would make quadratic.
         self._subtasks: dict[str, Subtask] = {}
@@ -347,75 +347,74 @@ class PlanWorkflow(PauseHandlers):
 
     # ------------------------------------------------------------------ run
 
-    def _decode(self, raw: RawValue) -> PlanInput:
-        """The run's input, or a non-retryable ``InvalidPlan`` listing every problem."""
+    def _decode(self, raw: RawValue) -> PlanInput | PackedPlan:
+        """The run's input, or a non-retryable ``InvalidPlan`` listing every problem.
+
+        A plan by reference is checked by an activity (``_by_reference``), so it is only
+        decoded here: checking thousands of subtasks field by field in the sandbox takes
+        longer than a workflow task may."""
         workflow_id = workflow.info().workflow_id
         try:
             value = decode_input(raw, what="the plan file's JSON object")
             if isinstance(value, dict) and PACKED_FIELD in value:
-                self._packed = True
-                value = self._unpacked(value[PACKED_FIELD])
+                try:
+                    return PackedPlan.model_validate(value[PACKED_FIELD])
+                except ValidationError as err:
+                    raise InvalidInput(
+                        [f"{PACKED_FIELD}: {explain_error(err.errors()[0])}"]
+                    ) from None
+            if isinstance(value, dict) and value.get("plan_data") is not None:
+                try:
+                    return PlanInput.model_validate(value)
+                except ValidationError as err:
+                    raise InvalidInput([explain_error(e) for e in err.errors()[:20]]) from None
             return plan_input_from_value(value, workflow_id=workflow_id)
         except InvalidInput as err:
             raise invalid_plan_error(
                 f"invalid plan {workflow_id!r}: " + "; ".join(err.problems), err.problems
             ) from None
 
-    @staticmethod
-    def _unpacked(packed: object) -> object:
-        try:
-            value = unpack(PackedPlan.model_validate(packed), limit=MAX_PLAN_BYTES)
-        except (PlanDataError, ValueError) as err:
-            raise InvalidInput([f"{PACKED_FIELD}: {str(err).splitlines()[0]}"]) from None
-        if isinstance(value, dict) and PACKED_FIELD in value:
-            raise InvalidInput([f"{PACKED_FIELD}: a packed plan holds another"])
-        return value
-
-    async def _by_reference(self, inp: PlanInput) -> PlanInput:
-        """The run's input with the plan by reference: a packed plan is stored first and
-        the run goes on with its lean form; a reference is checked (there, unchanged, the
-        plan this run holds). Either failure ends the plan with its one line."""
-        plan = inp.plan
-        if inp.plan_data is not None:
-            check = PlanDataCheckInput(ref=inp.plan_data, lean=plan)
-            await self._plan_data_op(plan, ACT_PLAN_DATA_CHECK, check)
-            return inp
-        # Sent packed: whole, in this run's input only.
-        lean = lean_plan(plan)
-        size = len(lean.model_dump_json(exclude_defaults=True).encode("utf-8"))
-        if size > MAX_LEAN_BYTES:
-            line = (
-                f"plan structure is too large to carry ({size} bytes of ids, agents "
-                f"and dependencies, limit {MAX_LEAN_BYTES}): split the plan"
+    async def _by_reference(self, decoded: PlanInput | PackedPlan) -> PlanInput:
+        """The run's input with the plan by reference, checked by a local activity: a
+        packed plan is unpacked, validated and stored, and the run goes on with its lean
+        form; a reference is checked (there, unchanged, the plan this run holds, valid).
+        Any failure ends the plan with its one line."""
+        if isinstance(decoded, PackedPlan):
+            workflow_id = workflow.info().workflow_id
+            unpacked: PlanInput = await self._plan_data_op(
+                workflow_id,
+                ACT_PLAN_DATA_UNPACK,
+                PlanDataUnpackInput(packed=decoded, workflow_id=workflow_id),
+                PlanInput,
             )
-            raise invalid_plan_error(f"invalid plan {plan.id!r}: {line}", [line])
-        data = plan_bytes(plan)
-        expected = PlanDataRef(sha256=content_hash(data), size=len(data))
-        ref = await self._plan_data_op(plan, ACT_PLAN_DATA_SAVE, PlanDataSaveInput(plan=plan))
-        if ref != expected:
-            raise ApplicationError(
-                f"plan {plan.id!r} cannot run: the session store kept {ref.label}, "
-                f"not {expected.label}",
-                type="PlanDataUnavailable",
-                non_retryable=True,
-            )
-        return inp.model_copy(update={"plan": lean, "plan_data": ref})
+            return unpacked
+        inp = self._unpacked_carry(decoded)
+        assert inp.plan_data is not None
+        catalog = AgentCatalog(agents=inp.agents) if inp.agents else BUILTIN_CATALOG
+        check = PlanDataCheckInput(
+            ref=inp.plan_data, lean=inp.plan, known_agents=tuple(sorted(catalog.names()))
+        )
+        await self._plan_data_op(inp.plan.id, ACT_PLAN_DATA_CHECK, check, PlanDataRef)
+        return inp
 
     @staticmethod
-    async def _plan_data_op(plan: Plan, activity: str, arg: object) -> PlanDataRef:
+    async def _plan_data_op(plan_id: str, activity: str, arg: object, result: type[T]) -> T:
         """A plan-data local activity; its failure (a local activity's arrives unwrapped)
-        ends the plan with the activity's one line."""
+        ends the plan with the activity's one line: ``InvalidPlan`` as it is."""
         try:
-            ref: PlanDataRef = await store_op(activity, arg, result_type=PlanDataRef)
+            out: T = await store_op(activity, arg, result_type=result)
         except (ActivityError, ApplicationError) as err:
             cause = err.cause if isinstance(err, ActivityError) else err
+            if isinstance(cause, ApplicationError) and cause.type == FailureType.INVALID_PLAN:
+                problems = cause.details[0] if cause.details else [cause.message]
+                raise invalid_plan_error(cause.message, list(problems)) from None
             why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
             raise ApplicationError(
-                f"plan {plan.id!r} cannot run: {why}",
+                f"plan {plan_id!r} cannot run: {why}",
                 type="PlanDataUnavailable",
                 non_retryable=True,
             ) from None
-        return ref
+        return out
 
     @workflow.run
     async def run(self, raw: RawValue = NO_INPUT) -> PlanReport:
@@ -424,14 +423,19 @@ class PlanWorkflow(PauseHandlers):
         Taken raw and decoded here, so that any input (not JSON, wrong types, a cycle...)
         fails the workflow at once with ``InvalidPlan`` instead of a retried task.
         """
-        inp = self._decode(raw)
-        if self._packed or inp.plan_data is not None:
+        decoded = self._decode(raw)
+        by_reference = isinstance(decoded, PackedPlan) or decoded.plan_data is not None
+        if by_reference:
             workflow.patched(versions.PLAN_DATA_REF)
-            inp = await self._by_reference(self._unpacked_carry(inp))
+            inp = await self._by_reference(decoded)
+        else:
+            assert isinstance(decoded, PlanInput)
+            inp = decoded
         plan = inp.plan
         self._plan = plan
         catalog = AgentCatalog(agents=inp.agents) if inp.agents else BUILTIN_CATALOG
-        problems = validate_plan(plan, known_agents=catalog.names())
+        # A plan by reference was validated by its activity (``_by_reference``).
+        problems = [] if by_reference else validate_plan(plan, known_agents=catalog.names())
         if problems:
             raise invalid_plan_error(f"invalid plan {plan.id!r}: " + "; ".join(problems), problems)
         self._dag = DagIndex(plan)
@@ -443,7 +447,13 @@ class PlanWorkflow(PauseHandlers):
         self._llm_local = takes_local_calls()
         # Stable across continue-as-new, new for every fresh run of the same plan id.
         self._plan_run_id = plan_run_id(plan.id, workflow.info().first_execution_run_id)
-        self._merge_enabled = inp.merge_results
+        # A plan of thousands by reference leaves its base session alone: every subtask's
+        # branch starts from a snapshot of it, so thousands of merged results would make
+        # each start copy (and each prompt carry) all those before it. Its results are in
+        # its subtasks' sessions and its report.
+        self._merge_enabled = inp.merge_results and not (
+            inp.plan_data is not None and len(plan.subtasks) > REPORT_ROWS
+        )
         self._results = {r.id: r for r in inp.results}
         self._merged = list(inp.merged)
         self._branches = dict(inp.branches)
@@ -490,7 +500,10 @@ class PlanWorkflow(PauseHandlers):
             # The whole report goes to the store (a local activity: it never enters the
             # history); the result, the failure's details and the webhook get a summary.
             ref = await self._plan_data_op(
-                plan, ACT_PLAN_DATA_SAVE_REPORT, PlanDataSaveReportInput(report=full)
+                plan.id,
+                ACT_PLAN_DATA_SAVE_REPORT,
+                PlanDataSaveReportInput(report=full),
+                PlanDataRef,
             )
             report = self._small(full, ref)
         await self._notify(plan, report)
