@@ -186,7 +186,7 @@
         this.soonTimeline();
         this.soonApprovals();
         this.refreshReport();
-        if (this.selected === event.result.id) this.soonPanel();
+        if (this.selected === event.result.id && $("panel").dataset.status !== event.result.status) this.soonPanel();
       } else if (event.type === "text") {
         this.liveText.set(event.subtask, event.text);
         if (this.selected === event.subtask) this.paintLiveText();

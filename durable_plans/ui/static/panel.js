@@ -100,8 +100,12 @@
   async function showSubtask(page, sid) {
     const panel = document.getElementById("panel");
     panel.hidden = false;
-    panel.dataset.subtask = sid;
-    panel.replaceChildren(h("p", { class: "note" }, "loading " + sid + "…"));
+    // Another subtask: say it is loading; the same one keeps what it shows until then.
+    if (panel.dataset.subtask !== sid) {
+      panel.dataset.subtask = sid;
+      panel.dataset.status = "";
+      panel.replaceChildren(h("p", { class: "note" }, "loading " + sid + "…"));
+    }
     let data;
     try {
       data = await api().get(`/api/plans/${encodeURIComponent(page.planId)}/subtasks/${encodeURIComponent(sid)}`);
