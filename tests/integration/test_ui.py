@@ -194,6 +194,7 @@ async def test_a_layered_plan_is_drawn_and_updates_live(harness: Harness, tmp_pa
             f"document.querySelector('#plans tr[data-plan=\"{plan.id}\"]') !== null",
             timeout_s=WAIT_S,
         )
+        await cdp.screenshot(tmp_path / "ui-plans.png")
 
 
 # --------------------------------------------------------------------------- approvals
