@@ -5,9 +5,11 @@ again on retry: the provider is paid twice. The stored answer (the truth for the
 conversation) can only say what one answer cost, so what was *paid* is recorded apart,
 the moment an answer arrives and before anything else is done with it: one ledger entry
 per attempt (``<call>#attempt-<n>``; attempts of one activity have distinct numbers, even
-two that overlap), in a ledger of the call's own (``paid:<call>``) and in the root
-session's budget ledger. The session store's ``charge`` is idempotent per entry and
-returns the ledger's total, so the call's total is read back in the same step.
+two that overlap; a local activity's entry adds its start time, since a run again on
+another worker after a crash counts from attempt 1 anew), in a ledger of the call's own
+(``paid:<call>``) and in the root session's budget ledger. The session store's ``charge``
+is idempotent per entry and returns the ledger's total, so the call's total is read back
+in the same step.
 
 What the activity reports to its workflow (and so the plan report) is that total: the
 sum over every attempt that got an answer, including answers never stored. A call
@@ -31,8 +33,15 @@ def call_ledger(call_id: str) -> str:
 
 
 def _attempt_entry(call_id: str) -> str:
-    attempt = activity.info().attempt if activity.in_activity() else 1
-    return f"{call_id}#attempt-{attempt}"
+    if not activity.in_activity():
+        return f"{call_id}#attempt-1"
+    info = activity.info()
+    if info.is_local:
+        # A local activity run again after its worker died (the workflow task timed out)
+        # starts over at attempt 1: the run's start time tells its runs apart.
+        started = int(info.started_time.timestamp() * 1_000_000)
+        return f"{call_id}#attempt-{info.attempt}-local-{started}"
+    return f"{call_id}#attempt-{info.attempt}"
 
 
 async def record_paid(store: SessionStore, root: str, call_id: str, usage: Usage) -> Usage:
