@@ -254,6 +254,28 @@ class PlanWorkflow(PauseHandlers):
             workspace=self._workspace_summary(),
         )
 
+    def _progress_report(self) -> PlanReport:
+        """What visibility says while the plan runs (completed, failed, tokens, cost): the
+        report's totals without a row for every subtask not yet run. Made after each
+        child's completion, so on a plan of thousands of subtasks the full report's pass
+        (a pydantic row per pending subtask) is what held a workflow task past the SDK's
+        deadlock bound on a loaded host. Rows are summed in plan order, as ``_report``
+        does, so the values (and the upserts) are the same."""
+        plan = self._plan
+        if plan is None:
+            return PlanReport.build("", [])
+        rows = []
+        for st in plan.subtasks:
+            done = self._results.get(st.id)
+            if done is not None:
+                rows.append(done)
+            elif st.id in self._prior:
+                status = SubtaskStatus.RUNNING if st.id in self._running else SubtaskStatus.PENDING
+                rows.append(
+                    self._with_prior(SubtaskResult(id=st.id, status=status, agent=st.agent))
+                )
+        return PlanReport.build(plan.id, rows, cancelled=self._cancelled)
+
     def _workspace_summary(self) -> WorkspaceSummary | None:
         """The published result once the plan ended; until then the base it started from."""
         if self._published is not None:
@@ -479,7 +501,7 @@ class PlanWorkflow(PauseHandlers):
         self._started_at_s = inp.started_at_s or workflow.now().timestamp()
         self._visibility.start(plan, self._report())
         if pauses.waiting:  # continued while paused: say so in this run too
-            self._visibility.progress(self._report, paused=pauses.summary())
+            self._visibility.progress(self._progress_report, paused=pauses.summary())
 
         self._mcp_tools = inp.mcp_tools
         if self._mcp_tools is None:
@@ -609,7 +631,7 @@ class PlanWorkflow(PauseHandlers):
                 if self.pause_desk.waiting:
                     # The rest waits for an operator (an update wakes the wait below),
                     # maybe for days: the counts the interval held back are said now.
-                    self._visibility.idle(self._report, paused=self.pause_desk.summary())
+                    self._visibility.idle(self._progress_report, paused=self.pause_desk.summary())
                 else:
                     raise application_error(
                         FailureType.SCHEDULER_STALLED,
@@ -617,7 +639,7 @@ class PlanWorkflow(PauseHandlers):
                         "blocked: " + ", ".join(stuck[:10]),
                     )
             await workflow.wait_condition(lambda: self._changed)
-            self._visibility.progress(self._report, paused=self.pause_desk.summary())
+            self._visibility.progress(self._progress_report, paused=self.pause_desk.summary())
             limit = inp.max_completions_per_run
             if workflow.info().is_continue_as_new_suggested() or (
                 limit is not None and len(self._results) - results_at_start >= limit

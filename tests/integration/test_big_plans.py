@@ -266,6 +266,12 @@ async def test_a_plan_too_big_to_carry_is_refused_by_the_workflow_in_one_line(ri
     assert failure.message.startswith(f"invalid plan {plan_id!r}: plan structure is too large")
 
 
+@pytest.mark.skipif(
+    os.environ.get("DPLAN_BIG_TESTS") != "1",
+    reason="2,500 subtasks take minutes beside the rest of the suite and their workflow "
+    "tasks can pass the SDK's 2 s deadlock bound on a loaded 2-core host; "
+    "DPLAN_BIG_TESTS=1 runs it (bench.big_plans measures the same path)",
+)
 @pytest.mark.timeout(1200)  # a bound for hangs: a loaded 2-core host took minutes
 async def test_a_plan_above_the_old_cap_runs(rig: Rig) -> None:
     """2,500 subtasks (the cap was 2,000): chains of 10 and a wide fan-out, sent packed.
