@@ -145,6 +145,9 @@ async def test_the_settings_set_llm_and_tool_timeouts_and_attempts_of_their_work
             "DPLAN_LLM_HEARTBEAT_S": "40",
             "DPLAN_TOOL_TIMEOUT_S": "50",
             "DPLAN_TOOL_MAX_ATTEMPTS": "3",
+            # Regular activities: their scheduled events carry the timeouts read below
+            # (a local call's are the worker's own, with no event to read them from).
+            "DPLAN_LLM_LOCAL": "0",
         },
     )
     seen: list[activity.Info] = []
@@ -199,6 +202,11 @@ async def test_the_settings_set_llm_and_tool_timeouts_and_attempts_of_their_work
     # The other worker, same process, same time: the harness's settings, not these.
     assert other_failure is None and other_report.status is PlanStatus.COMPLETED
     events = await scheduled(harness.client, subtask_workflow_id(other.id, "a"), ACT_CALL_LLM)
+    if harness.settings.llm_local:
+        # Its calls ran as local activities: the DPLAN_LLM_LOCAL=0 above stayed with
+        # the other worker (no scheduled LLM activity here).
+        assert events == []
+        return
     assert events
     for e in events:
         attrs = e.activity_task_scheduled_event_attributes

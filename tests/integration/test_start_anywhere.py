@@ -150,7 +150,11 @@ MALFORMED: list[tuple[str, Any, str]] = [
         {"subtasks": [{"id": "a b", "description": "d"}]},
         "subtasks[0] (id 'a b'): invalid id 'a b'",
     ),
-    ("too-many-subtasks", {"subtasks": _subtasks(2001)}, "subtasks: too many (2001, limit 2000)"),
+    (
+        "too-many-subtasks",
+        {"subtasks": _subtasks(10_001)},
+        "subtasks: too many (10001, limit 10000)",
+    ),
     (
         "description-too-long",
         {"subtasks": [{"id": "a", "description": "x" * 20_001}]},
