@@ -33,6 +33,7 @@ import os
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,13 @@ class Run:
     input_bytes: int
     largest_payload: int
     continued: bool
+    # Workflow task durations (started to completed, the server's clock), in ms: what one
+    # activation of the plan costs, which the SDK bounds at 2 s of wall time.
+    task_ms: tuple[float, ...] = ()
+
+    @property
+    def slowest_task_ms(self) -> float:
+        return max(self.task_ms, default=0.0)
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,21 @@ def largest_payload(event: HistoryEvent) -> int:
     return best
 
 
+def task_durations_ms(events: Sequence[HistoryEvent]) -> tuple[float, ...]:
+    """How long each workflow task took, from its started event to its completed one."""
+    started: dict[int, float] = {}
+    out: list[float] = []
+    for e in events:
+        at = e.event_time.ToNanoseconds() / 1e6
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            started[e.event_id] = at
+        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            begun = started.get(e.workflow_task_completed_event_attributes.started_event_id)
+            if begun is not None:
+                out.append(at - begun)
+    return tuple(out)
+
+
 async def plan_runs(client: Client, workflow_id: str) -> list[Run]:
     runs: list[Run] = []
     run_id: str | None = None
@@ -161,6 +184,7 @@ async def plan_runs(client: Client, workflow_id: str) -> list[Run]:
                 largest_payload=max(largest_payload(e) for e in events),
                 continued=events[-1].event_type
                 == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+                task_ms=task_durations_ms(events),
             )
         )
         run_id = started.continued_execution_run_id or None
@@ -232,7 +256,7 @@ def report(results: list[Result]) -> None:
     print(
         f"{'subtasks':>9}{'plan KiB':>10}{'wall s':>9}{'subtasks/s':>12}{'x small':>9}"
         f"{'runs':>6}{'max events':>12}{'max hist KiB':>14}{'max input KiB':>15}"
-        f"{'max payload KiB':>17}{'result KiB':>12}{'rows':>7}"
+        f"{'max payload KiB':>17}{'result KiB':>12}{'rows':>7}{'slowest task ms':>17}"
     )
     for r in results:
         print(
@@ -242,32 +266,36 @@ def report(results: list[Result]) -> None:
             f"{max(x.input_bytes for x in r.runs) / 1024:>15.0f}"
             f"{max(x.largest_payload for x in r.runs) / 1024:>17.0f}"
             f"{r.report_bytes / 1024:>12.0f}{r.listed:>7}"
+            f"{max(x.slowest_task_ms for x in r.runs):>17.0f}"
         )
     for r in results:
         print(f"\n  {r.subtasks} subtasks, PlanWorkflow runs (oldest first):")
         print(
             f"    {'run':>4}{'events':>8}{'/ 51,200':>10}{'history KiB':>13}{'/ 50 MiB':>10}"
-            f"{'input KiB':>11}{'largest payload KiB':>21}  ended"
+            f"{'input KiB':>11}{'largest payload KiB':>21}{'tasks':>7}{'slowest ms':>12}  ended"
         )
         for i, x in enumerate(r.runs, 1):
             print(
                 f"    {i:>4}{x.events:>8}{x.events / HISTORY_EVENT_LIMIT:>10.1%}"
                 f"{x.bytes / 1024:>13.0f}{x.bytes / HISTORY_BYTES_LIMIT:>10.1%}"
-                f"{x.input_bytes / 1024:>11.0f}{x.largest_payload / 1024:>21.0f}  "
+                f"{x.input_bytes / 1024:>11.0f}{x.largest_payload / 1024:>21.0f}"
+                f"{len(x.task_ms):>7}{x.slowest_task_ms:>12.0f}  "
                 f"{'continued-as-new' if x.continued else 'closed'}"
             )
 
 
-async def main(short: bool) -> None:
-    sizes = [100, 1_000] if short else [1_000, 10_000]
-    report(await measure(sizes))
+async def main(short: bool, sizes: list[int] | None) -> None:
+    report(await measure(sizes or ([100, 1_000] if short else [1_000, 10_000])))
 
 
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--short", action="store_true", help="100 and 1,000 subtasks (CI)")
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", metavar="N", help="plan sizes to run, smallest first"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.short))
+    asyncio.run(main(args.short, args.sizes))
 
 
 if __name__ == "__main__":
