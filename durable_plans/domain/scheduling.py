@@ -344,7 +344,11 @@ def blocked_by_failure(
     dependency. The plan must be acyclic.
     """
     index = DagIndex.of(plan)
-    status = index.statuses_by_position(statuses)
+    return blocked_by_failure_at(index, index.statuses_by_position(statuses))
+
+
+def blocked_by_failure_at(index: DagIndex, status: Sequence[SubtaskStatus]) -> dict[str, str]:
+    """:func:`blocked_by_failure` for statuses already aligned with positions."""
     root: dict[int, int] = {}  # dead or blocked position -> root-cause position
     for i in index.topological_positions():
         s = status[i]

@@ -63,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
         plan_failed_error,
         subtask_failure_details,
     )
+    from durable_plans.domain.frontier import Frontier, WatchedDict
     from durable_plans.domain.ids import (
         attempt_key,
         branch_session_id,
@@ -97,8 +98,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.scheduling import (
         DEAD_STATUSES,
         DagIndex,
-        blocked_by_failure,
-        ready_subtasks,
+        blocked_by_failure_at,
     )
     from durable_plans.domain.tool_contracts import (
         ACT_LIST_MCP_TOOLS,
@@ -134,6 +134,13 @@ REPORT_ROWS = 1000
 # Children started per scheduling pass at most: each start costs the workflow task a few
 # milliseconds, more on a loaded host, and a task must end within the SDK's 2 s.
 START_BATCH = 50
+# Each run's history is kept under a tenth of Temporal's limits (51,200 events, 50 MiB),
+# counting what its running children will add as they finish (each: its completion, and
+# its share of workflow tasks, at most this many events of the run's average size).
+HISTORY_GOAL_EVENTS = 5_120
+HISTORY_GOAL_BYTES = 5 * 1024 * 1024
+HISTORY_GOAL_MARGIN = 0.9  # of the goal: the run's last tasks (merge, report) fit after it
+EVENTS_PER_RUNNING_CHILD = 4
 PAYLOAD_BUDGET_CHARS = 400_000  # carried results stay far below the 512 KiB warning
 
 
@@ -177,10 +184,17 @@ class PlanWorkflow(PauseHandlers):
         self._plan: Plan | None = None
         self._dag: DagIndex | None = None  # the plan's graph, built once per run
         self._mcp_tools: tuple[McpServerTools, ...] | None = None
-        self._results: dict[str, SubtaskResult] = {}
-        self._running: dict[str, asyncio.Task[None]] = {}
+        # Results and running children note every id written or removed; the frontier
+        # takes those changes before each scheduling pass (``_sync``), so a pass costs
+        # what changed, not the plan's size.
+        self._noted: dict[str, None] = {}
+        self._results: dict[str, SubtaskResult] = WatchedDict(self._note)
+        self._running: dict[str, asyncio.Task[None]] = WatchedDict(self._note)
+        self._frontier: Frontier | None = None
+        self._check_blocked = True  # a change that may leave a subtask unable to run
         self._branches: dict[str, str] = {}
         self._merged: list[str] = []
+        self._merged_ids: set[str] = set()
         self._changed = False
         self._started_at_s = 0.0
         self._cancelled = False
@@ -211,6 +225,31 @@ class PlanWorkflow(PauseHandlers):
     def _wake(self) -> None:
         """Something changed: the scheduler looks again."""
         self._changed = True
+
+    def _note(self, sid: str) -> None:
+        self._noted[sid] = None
+
+    def _status_of(self, sid: str) -> SubtaskStatus:
+        """As the report says it: running while its child runs, else its result's."""
+        if sid in self._running:
+            return SubtaskStatus.RUNNING
+        row = self._results.get(sid)
+        return row.status if row is not None else SubtaskStatus.PENDING
+
+    def _sync(self) -> Frontier:
+        """The frontier, told of every change since the last time."""
+        frontier = self._frontier
+        assert frontier is not None  # built by run() before anything is scheduled
+        while self._noted:
+            noted = list(self._noted)
+            self._noted.clear()
+            for sid in noted:
+                status = self._status_of(sid)
+                frontier.set(sid, status)
+                # Only a subtask turning dead or pending can leave another unable to run.
+                if status is SubtaskStatus.PENDING or status in DEAD_STATUSES:
+                    self._check_blocked = True
+        return frontier
 
     # ------------------------------------------------------------------ queries
 
@@ -282,11 +321,11 @@ class PlanWorkflow(PauseHandlers):
             return self._published
         return WorkspaceSummary(base=self._base) if self._base is not None else None
 
-    def _statuses(self) -> dict[str, SubtaskStatus]:
-        statuses = {sid: r.status for sid, r in self._results.items()}
-        for sid in self._running:
-            statuses[sid] = SubtaskStatus.RUNNING
-        return statuses
+    def _paused(self) -> dict[str, str]:
+        """The pause desk's summary, without a pass over the results when none paused."""
+        if not self._sync().counts[SubtaskStatus.PAUSED]:
+            return {}
+        return self.pause_desk.summary()
 
     def _with_prior(self, result: SubtaskResult) -> SubtaskResult:
         """``result`` counting what earlier attempts of its subtask spent."""
@@ -303,10 +342,10 @@ class PlanWorkflow(PauseHandlers):
         )
 
     def _finished(self, plan: Plan) -> bool:
-        return all(
-            (r := self._results.get(s.id)) is not None and r.status.is_terminal
-            for s in plan.subtasks
-        )
+        """Every subtask of ``plan`` terminal, counted by the frontier."""
+        counts = self._sync().counts
+        waiting = (SubtaskStatus.PENDING, SubtaskStatus.RUNNING, SubtaskStatus.PAUSED)
+        return not any(counts[s] for s in waiting)
 
     @workflow.query(name=CARRIED_STATE_QUERY)
     def carried_state(self) -> PlanInput:
@@ -485,8 +524,11 @@ class PlanWorkflow(PauseHandlers):
         self._merge_enabled = inp.merge_results and not (
             inp.plan_data is not None and len(plan.subtasks) > REPORT_ROWS
         )
-        self._results = {r.id: r for r in inp.results}
+        self._frontier = Frontier(self._dag)
+        for r in inp.results:
+            self._results[r.id] = r  # noted: the first pass takes them all
         self._merged = list(inp.merged)
+        self._merged_ids = set(self._merged)
         self._branches = dict(inp.branches)
         self._prior = {r.id: r for r in inp.prior}
         pauses = self.pause_desk
@@ -499,9 +541,9 @@ class PlanWorkflow(PauseHandlers):
         )
         self._inp = inp
         self._started_at_s = inp.started_at_s or workflow.now().timestamp()
-        self._visibility.start(plan, self._report())
+        self._visibility.start(plan, self._progress_report())
         if pauses.waiting:  # continued while paused: say so in this run too
-            self._visibility.progress(self._progress_report, paused=pauses.summary())
+            self._visibility.progress(self._progress_report, paused=self._paused())
 
         self._mcp_tools = inp.mcp_tools
         if self._mcp_tools is None:
@@ -631,7 +673,7 @@ class PlanWorkflow(PauseHandlers):
                 if self.pause_desk.waiting:
                     # The rest waits for an operator (an update wakes the wait below),
                     # maybe for days: the counts the interval held back are said now.
-                    self._visibility.idle(self._progress_report, paused=self.pause_desk.summary())
+                    self._visibility.idle(self._progress_report, paused=self._paused())
                 else:
                     raise application_error(
                         FailureType.SCHEDULER_STALLED,
@@ -639,22 +681,46 @@ class PlanWorkflow(PauseHandlers):
                         "blocked: " + ", ".join(stuck[:10]),
                     )
             await workflow.wait_condition(lambda: self._changed)
-            self._visibility.progress(self._progress_report, paused=self.pause_desk.summary())
+            self._visibility.progress(self._progress_report, paused=self._paused())
             limit = inp.max_completions_per_run
-            if workflow.info().is_continue_as_new_suggested() or (
-                limit is not None and len(self._results) - results_at_start >= limit
+            done_here = len(self._results) - results_at_start
+            if (
+                workflow.info().is_continue_as_new_suggested()
+                or (limit is not None and done_here >= limit)
+                or (done_here > 0 and self._history_near_goal())
             ):
                 winding_down = not self._finished(plan)
 
+    def _history_near_goal(self) -> bool:
+        """Whether this run's history, with what its running children will add, nears
+        ``HISTORY_GOAL_*`` (history length and size are the replayed task's, so a replay
+        answers the same; ``versions.HISTORY_GOAL`` is asked only once it does)."""
+        info = workflow.info()
+        events = info.get_current_history_length()
+        size = info.get_current_history_size()
+        tail = EVENTS_PER_RUNNING_CHILD * len(self._running)
+        near = (
+            events + tail >= HISTORY_GOAL_MARGIN * HISTORY_GOAL_EVENTS
+            or size + tail * size / max(events, 1) >= HISTORY_GOAL_MARGIN * HISTORY_GOAL_BYTES
+        )
+        return near and workflow.patched(versions.HISTORY_GOAL)
+
     def _schedule(self, plan: Plan, inp: PlanInput, *, start_new: bool) -> None:
-        """Skip what can never run, then start what can, up to ``max_parallel`` (no awaits)."""
-        statuses = self._statuses()
+        """Skip what can never run, then start what can, up to ``max_parallel`` (no awaits).
+
+        What it starts is ``scheduling.ready_subtasks``'s answer, in its order; the
+        frontier gives it without a pass over the plan."""
+        frontier = self._sync()
         dag = self._dag
-        assert dag is not None  # built by run() before anything is scheduled
-        # Only a failure, cancellation or skip blocks anything: without one, no pass.
-        dead = any(s in DEAD_STATUSES for s in statuses.values())
-        for sid, root in (blocked_by_failure(dag, statuses) if dead else {}).items():
-            root_status = statuses.get(root, SubtaskStatus.FAILED).value
+        assert dag is not None
+        # Only a failure, cancellation or skip blocks anything, and only a subtask turning
+        # dead or pending since the last look can block more: otherwise, no pass.
+        blocked = {}
+        if self._check_blocked and frontier.any_dead:
+            blocked = blocked_by_failure_at(dag, frontier.statuses())
+        self._check_blocked = False
+        for sid, root in blocked.items():
+            root_status = frontier.status(root).value
             self._results[sid] = SubtaskResult(
                 id=sid,
                 status=SubtaskStatus.SKIPPED,
@@ -663,14 +729,16 @@ class PlanWorkflow(PauseHandlers):
                     type=FailureType.DEPENDENCY_FAILED, message=f"{root} {root_status}"
                 ),
             )
-            statuses[sid] = SubtaskStatus.SKIPPED
+        if blocked:
+            self._sync()
+            self._check_blocked = False  # the pass found every subtask they block
         if not start_new:
             return
-        for started, sid in enumerate(ready_subtasks(dag, statuses)):
-            if len(self._running) >= plan.max_parallel or (
-                self._batched and started >= START_BATCH
-            ):
-                break  # the rest when a child finishes (the next pass, the next task)
+        # The rest when a child finishes (the next pass, the next task).
+        room = plan.max_parallel - len(self._running)
+        if self._batched:
+            room = min(room, START_BATCH)
+        for sid in frontier.ready(max(room, 0)):
             self._start(plan, sid, inp)
 
     def _start(self, plan: Plan, sid: str, inp: PlanInput) -> None:
@@ -792,7 +860,7 @@ class PlanWorkflow(PauseHandlers):
         A result waits for every subtask declared before it to finish, so the base
         session's order does not depend on which child happened to finish first.
         """
-        merged = set(self._merged)
+        merged = self._merged_ids
         batch: list[tuple[str, str]] = []
         subtasks = plan.subtasks
         while self._merge_from < len(subtasks) and subtasks[self._merge_from].id in merged:

@@ -79,3 +79,12 @@ START_BATCH = "start-batch-1"
 # so a child asks no patch of its own (not even FEWER_ROUND_TRIPS, which it implies): each
 # patch asked costs a marker and a search-attribute upsert in every child's history.
 LLM_LOCAL = "llm-local-1"
+
+# A plan run winds down (starts no more children, lets the running ones finish, continues
+# as new) once its history, with what the running children will still add, nears a tenth
+# of Temporal's limits (``workflows.plan.HISTORY_GOAL_*``), rather than only when the
+# server suggests it (about 4,000 events or 4 MiB, past which hundreds of running
+# children took a 10,000-subtask plan's runs to 11 % of the size limit). Asked only when a
+# run gets there, so no run that never did records the marker, and runs recorded before
+# it (which never asked) wind down where they did.
+HISTORY_GOAL = "history-goal-1"
