@@ -15,7 +15,6 @@ The LLM call's side is ``activities/context_window.py``.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from temporalio import activity
 
@@ -23,7 +22,12 @@ from durable_plans.activities import observe
 from durable_plans.activities.budget import ensure_within_budget
 from durable_plans.activities.context_window import context_window_of, tool_chars_of
 from durable_plans.activities.heartbeat import heartbeating
-from durable_plans.activities.llm import import_litellm, message_from_response, usage_of
+from durable_plans.activities.llm import (
+    LlmActivities,
+    import_litellm,
+    message_from_response,
+    usage_of,
+)
 from durable_plans.activities.llm_errors import classify_llm_error, to_application_error
 from durable_plans.activities.spend import paid_for, record_paid
 from durable_plans.domain.compaction import (
@@ -80,9 +84,10 @@ def _output(record: Message, usage: Usage, *, replayed: bool) -> CompactOutput:
 
 
 class CompactionActivities:
-    def __init__(self, store: SessionStore, settings: Settings) -> None:
+    def __init__(self, store: SessionStore, settings: Settings, llm: LlmActivities) -> None:
         self._store = store
         self._settings = settings
+        self._llm = llm  # the summary is asked as an agent's call is (client, limits)
 
     @activity.defn(name=ACT_COMPACT_HISTORY)
     async def compact_history(self, inp: CompactInput) -> CompactOutput:
@@ -122,26 +127,16 @@ class CompactionActivities:
             )
 
         await ensure_within_budget(self._store, inp.root_session_id, inp.budget)
-        summarizer = s.effective_subagent_model
+        summarizer = self._llm.side_model().model  # a fallback once its errors persist
         own_window = context_window_of(litellm, summarizer, None, s) or window
         answer_tokens = summary_budget(threshold, overhead)
         room = int(own_window * _SUMMARY_REQUEST_SHARE) - answer_tokens - 200
         text = transcript(fold.folded, max(2_000, room * 4))
-        kwargs: dict[str, Any] = {
-            "model": summarizer,
-            "messages": summary_request(text),
-            "num_retries": 0,
-            "timeout": s.llm_timeout_s,
-            "max_tokens": answer_tokens,
-        }
-        if not summarizer.startswith("scripted/"):
-            if s.api_base:
-                kwargs["api_base"] = s.api_base
-            if s.api_key:
-                kwargs["api_key"] = s.api_key
         with observe.llm_request(summarizer, COMPACTION_AGENT, call_id=record_id) as request:
             try:
-                response = await litellm.acompletion(**kwargs)
+                response = await self._llm.side_request(
+                    summarizer, summary_request(text), max_tokens=answer_tokens
+                )
             except Exception as exc:
                 raise to_application_error(classify_llm_error(exc)) from None
             usage = usage_of(litellm, response)

@@ -13,7 +13,12 @@ from temporalio import activity
 from durable_plans.activities import observe
 from durable_plans.activities.budget import ensure_within_budget
 from durable_plans.activities.heartbeat import heartbeating
-from durable_plans.activities.llm import import_litellm, message_from_response, usage_of
+from durable_plans.activities.llm import (
+    LlmActivities,
+    import_litellm,
+    message_from_response,
+    usage_of,
+)
 from durable_plans.activities.llm_errors import classify_llm_error, to_application_error
 from durable_plans.activities.orchestration_tools import ORCHESTRATION_REGISTRY, DelegateArgs
 from durable_plans.activities.spend import paid_for, record_paid
@@ -53,9 +58,10 @@ def delegation_messages(args: DelegateArgs) -> list[dict[str, str]]:
 
 
 class DelegationActivities:
-    def __init__(self, store: SessionStore, settings: Settings) -> None:
+    def __init__(self, store: SessionStore, settings: Settings, llm: LlmActivities) -> None:
         self._store = store
         self._settings = settings
+        self._llm = llm  # the helper is asked as an agent's call is (client, limits, fallbacks)
 
     @activity.defn(name=ACT_DELEGATE)
     async def delegate(self, inp: DelegateInput) -> DelegateOutput:
@@ -93,21 +99,10 @@ class DelegationActivities:
             assert isinstance(parsed, DelegateArgs)
             await ensure_within_budget(self._store, inp.root_session_id, inp.budget)
             litellm = import_litellm()
-            model = self._settings.effective_subagent_model
-            kwargs: dict[str, object] = {
-                "model": model,
-                "messages": delegation_messages(parsed),
-                "num_retries": 0,
-                "timeout": self._settings.llm_timeout_s,
-            }
-            if not model.startswith("scripted/"):
-                if self._settings.api_base:
-                    kwargs["api_base"] = self._settings.api_base
-                if self._settings.api_key:
-                    kwargs["api_key"] = self._settings.api_key
+            model = self._llm.side_model().model  # a fallback once its errors persist
             with observe.llm_request(model, DELEGATE_AGENT, call_id=charge_id) as request:
                 try:
-                    response = await litellm.acompletion(**kwargs)
+                    response = await self._llm.side_request(model, delegation_messages(parsed))
                 except Exception as exc:
                     classified = classify_llm_error(exc)
                     if classified.retryable:

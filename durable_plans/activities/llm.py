@@ -194,6 +194,23 @@ class LlmActivities:
         if self._client is not None:
             await self._client.aclose()
 
+    def _plain_kwargs(self, model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """A request to ``model``: Temporal retries (litellm's are off), the worker's
+        timeout, and its endpoint and key unless the model is the offline scripted one."""
+        s = self._settings
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "messages": messages,
+            "num_retries": 0,
+            "timeout": s.llm_timeout_s,
+        }
+        if not model.startswith("scripted/"):
+            if s.api_base:
+                kwargs["api_base"] = s.api_base
+            if s.api_key:
+                kwargs["api_key"] = s.api_key
+        return kwargs
+
     def request_kwargs(
         self,
         model: str,
@@ -202,26 +219,16 @@ class LlmActivities:
         extra_tools: tuple[ToolSchema, ...] = (),
     ) -> dict[str, Any]:
         s = self._settings
-        kwargs: dict[str, Any] = {
-            "model": model,
-            "messages": [m.to_openai() for m in messages],
-            "num_retries": 0,
-            "timeout": s.llm_timeout_s,
-        }
+        kwargs = self._plain_kwargs(model, [m.to_openai() for m in messages])
         specs = tool_specs(tools) + [
             ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
             for t in extra_tools
         ]
         if specs:
             kwargs["tools"] = openai_tool_schemas(specs)
-        if not model.startswith("scripted/"):
-            if s.api_base:
-                kwargs["api_base"] = s.api_base
-            if s.api_key:
-                kwargs["api_key"] = s.api_key
-            if s.prompt_cache:
-                route = self.client(import_litellm()).route(model, s.api_base, s.api_key)
-                kwargs = cache_markers_for(kwargs, route.provider, route.model)
+        if not model.startswith("scripted/") and s.prompt_cache:
+            route = self.client(import_litellm()).route(model, s.api_base, s.api_key)
+            kwargs = cache_markers_for(kwargs, route.provider, route.model)
         return kwargs
 
     def model_choice(self, inp: LlmCallInput) -> ModelChoice:
@@ -230,7 +237,28 @@ class LlmActivities:
         the call was first scheduled, both Temporal's: nothing in the workflow changes."""
         s = self._settings
         fallbacks = s.fallback_models if inp.fallback_models is None else inp.fallback_models
-        chain = model_chain(inp.model or s.model, fallbacks)
+        return self._choice(model_chain(inp.model or s.model, fallbacks))
+
+    def side_model(self) -> ModelChoice:
+        """The model a side request of this attempt asks (a compaction's summary, a
+        delegation): the worker's sub-agent model, then its fallback models, chosen as
+        the agents' calls choose theirs."""
+        s = self._settings
+        return self._choice(model_chain(s.effective_subagent_model, s.fallback_models))
+
+    async def side_request(
+        self, model: str, messages: list[dict[str, Any]], *, max_tokens: int | None = None
+    ) -> Any:
+        """A one-off request, on the path every agent call takes: the worker's client (its
+        connections, routes and prices) and the limits every worker shares."""
+        kwargs = self._plain_kwargs(model, messages)
+        if max_tokens is not None:
+            kwargs["max_tokens"] = max_tokens
+        client = self.client(import_litellm())
+        return await self._limits.call(kwargs, lambda: client.acompletion(**kwargs))
+
+    def _choice(self, chain: tuple[str, ...]) -> ModelChoice:
+        s = self._settings
         info = activity.info()
         first = info.scheduled_time
         elapsed = (datetime.now(UTC) - first).total_seconds() if first is not None else 0.0
