@@ -30,34 +30,32 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
 
+from bench._rig import (
+    bench_dirs,
+    bench_settings,
+    embedded_server,
+    running_worker,
+    scripted_latency_zero,
+)
 from bench.scale import (
     HISTORY_EVENT_LIMIT,
     CoreLogCounter,
-    _scripted_latency_zero,
-    _stdout_silenced,
     core_runtime,
 )
 from durable_plans.activities.scripted_model import LATENCY_ENV, SCRIPTED_MODEL
 from durable_plans.client._plans import start_plan
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
-from durable_plans.embedded import temporal_binary
-from durable_plans.plugin import DurablePlansPlugin
-from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
-from durable_plans.worker import build_worker
 
 MAX_PARALLEL = 300
 # One scripted call per subtask (``ask`` has no tools): what grows with the plan is the
@@ -213,36 +211,12 @@ async def one_plan(client: Client, settings: Settings, subtasks: int) -> Result:
 
 
 async def measure(sizes: list[int]) -> list[Result]:
-    counter = CoreLogCounter()
-    with _scripted_latency_zero(), tempfile.TemporaryDirectory(prefix="dplan-big-") as name:
-        tmp = Path(name)
-        workspace = tmp / "workspace"
-        workspace.mkdir()
-        (workspace / "README.md").write_text("# bench workspace\n")
-        with _stdout_silenced():
-            env = await WorkflowEnvironment.start_local(
-                dev_server_existing_path=str(temporal_binary()),
-                plugins=[DurablePlansPlugin()],
-                dev_server_log_level="error",
-                runtime=core_runtime(counter),
-            )
-        try:
-            settings = Settings(
-                task_queue=f"big-{uuid.uuid4().hex[:8]}",
-                model=SCRIPTED_MODEL,
-                session_store=str(tmp / "sessions.db"),
-                workspace=workspace,
-                state_dir=tmp / "state",
-            )
-            store = await open_session_store(settings.session_store)
-            try:
-                async with build_worker(env.client, settings, store):
-                    await one_plan(env.client, settings, 3)  # warm-up: imports, sandbox
-                    return [await one_plan(env.client, settings, n) for n in sizes]
-            finally:
-                await store.close()
-        finally:
-            await env.shutdown()
+    with scripted_latency_zero(), bench_dirs("big") as dirs:
+        async with embedded_server(core_runtime(CoreLogCounter())) as env:
+            settings = bench_settings(dirs, "big")
+            async with running_worker(env.client, settings):
+                await one_plan(env.client, settings, 3)  # warm-up: imports, sandbox
+                return [await one_plan(env.client, settings, n) for n in sizes]
 
 
 def report(results: list[Result]) -> None:

@@ -26,22 +26,16 @@ import argparse
 import asyncio
 import statistics
 import sys
-import tempfile
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from temporalio.client import Client
 
 from bench._actions import HistoryCost
+from bench._rig import bench_dirs, bench_settings, run_plan, running_worker, scripted_latency_zero
 from bench.cpu import _connect, cpu_seconds, dev_server, history_events
-from bench.scale import SMALL_PLAN_SUBTASKS, _scripted_latency_zero, run_plan, small_plan
-from durable_plans.activities.scripted_model import SCRIPTED_MODEL
-from durable_plans.session_store.factory import open_session_store
-from durable_plans.settings import Settings
-from durable_plans.worker import build_worker
+from bench.scale import SMALL_PLAN_SUBTASKS, small_plan
 
 VARIANTS = {"local": True, "regular": False}  # name -> Settings.llm_local
 COST_SAMPLE = 10  # plans whose histories are read for events and actions
@@ -79,36 +73,21 @@ async def one_round(client: Client, queue: str, plans: int, server_pid: int) -> 
 async def measure(plans: int, rounds: int, variants: Sequence[str] = tuple(VARIANTS)) -> Results:
     results = Results(plans)
     with (
-        _scripted_latency_zero(),
-        tempfile.TemporaryDirectory(prefix="dplan-bench-conc-") as tmp_name,
+        scripted_latency_zero(),
+        bench_dirs("conc") as dirs,
+        dev_server(dirs.root) as (server, address),
     ):
-        tmp = Path(tmp_name)
-        workspace = tmp / "workspace"
-        workspace.mkdir()
-        (workspace / "README.md").write_text("# bench workspace\n\nA small demo project.\n")
-        with dev_server(tmp) as (server, address):
-            client = await _connect(address)
-            store = await open_session_store(str(tmp / "sessions.db"))
-            try:
-                order = list(variants)
-                for _ in range(rounds):
-                    for name in order:
-                        settings = Settings(
-                            task_queue=f"conc-{name}-{uuid.uuid4().hex[:6]}",
-                            model=SCRIPTED_MODEL,
-                            session_store=str(tmp / "sessions.db"),
-                            workspace=workspace,
-                            state_dir=tmp / "state",
-                            llm_local=VARIANTS[name],
-                        )
-                        async with build_worker(client, settings, store):
-                            # Warm-up: the sandbox's first load of each workflow, imports.
-                            await run_plan(client, small_plan(prefix="warm"), settings.task_queue)
-                            r = await one_round(client, settings.task_queue, plans, server.pid)
-                        results.rounds.setdefault(name, []).append(r)
-                    order.reverse()
-            finally:
-                await store.close()
+        client = await _connect(address)
+        order = list(variants)
+        for _ in range(rounds):
+            for name in order:
+                settings = bench_settings(dirs, f"conc-{name}", llm_local=VARIANTS[name])
+                async with running_worker(client, settings):
+                    # Warm-up: the sandbox's first load of each workflow, imports.
+                    await run_plan(client, small_plan(prefix="warm"), settings.task_queue)
+                    r = await one_round(client, settings.task_queue, plans, server.pid)
+                results.rounds.setdefault(name, []).append(r)
+            order.reverse()
     return results
 
 

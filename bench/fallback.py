@@ -22,26 +22,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from temporalio.client import Client, WorkflowFailureError
-from temporalio.testing import WorkflowEnvironment
 
+from bench._rig import bench_dirs, bench_settings, embedded_server, running_worker
 from durable_plans.domain.agents import agent_spec
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, PlanReport, Subtask
-from durable_plans.embedded import temporal_binary
-from durable_plans.plugin import DurablePlansPlugin
-from durable_plans.session_store.factory import open_session_store
-from durable_plans.settings import Settings
 from durable_plans.testing import AgentScenario, ChatRequest, FakeProvider, HttpError, Reply
-from durable_plans.worker import build_worker
 
 FAKE_KEY = "sk-bench-fake-0000000000000000000000000000"
 
@@ -119,52 +112,31 @@ async def run_once(
 
 async def measure(*, subtasks: int, outage_s: float, after_attempts: int) -> list[Run]:
     outage = Outage("primary")
-    with tempfile.TemporaryDirectory(prefix="dplan-bench-fallback-") as tmp_name:
-        tmp = Path(tmp_name)
-        workspace = tmp / "workspace"
-        workspace.mkdir()
-        (workspace / "README.md").write_text("# bench workspace\n")
-        async with FakeProvider(outage) as provider:
-            env = await WorkflowEnvironment.start_local(
-                dev_server_existing_path=str(temporal_binary()),
-                plugins=[DurablePlansPlugin()],
-                dev_server_log_level="error",
+    with bench_dirs("fallback") as dirs:
+        async with FakeProvider(outage) as provider, embedded_server() as env:
+            settings = bench_settings(
+                dirs,
+                "bench",
+                model="openai/primary",
+                api_base=provider.base_url,
+                api_key=FAKE_KEY,
+                fallback_after_attempts=after_attempts,
             )
-            try:
-                settings = Settings(
-                    task_queue=f"bench-{uuid.uuid4().hex[:8]}",
-                    model="openai/primary",
-                    api_base=provider.base_url,
-                    api_key=FAKE_KEY,
-                    session_store=str(tmp / "sessions.db"),
-                    workspace=workspace,
-                    state_dir=tmp / "state",
-                    fallback_after_attempts=after_attempts,
-                )
-                store = await open_session_store(settings.session_store)
-                try:
-                    async with build_worker(env.client, settings, store):
-                        runs = []
-                        for name, fallbacks in (
-                            ("no fallback", ()),
-                            ("fallback", ("openai/backup",)),
-                        ):
-                            runs.append(
-                                await run_once(
-                                    env.client,
-                                    settings.task_queue,
-                                    provider,
-                                    outage,
-                                    name=name,
-                                    fallbacks=fallbacks,
-                                    subtasks=subtasks,
-                                    outage_s=outage_s,
-                                )
-                            )
-                finally:
-                    await store.close()
-            finally:
-                await env.shutdown()
+            async with running_worker(env.client, settings):
+                runs = []
+                for name, fallbacks in (("no fallback", ()), ("fallback", ("openai/backup",))):
+                    runs.append(
+                        await run_once(
+                            env.client,
+                            settings.task_queue,
+                            provider,
+                            outage,
+                            name=name,
+                            fallbacks=fallbacks,
+                            subtasks=subtasks,
+                            outage_s=outage_s,
+                        )
+                    )
     return runs
 
 

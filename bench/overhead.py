@@ -36,34 +36,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
 import statistics
 import sys
-import tempfile
-import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
 
+from bench._rig import bench_dirs, bench_settings, embedded_server, run_plan, running_worker
 from bench.fake_dag import LitellmAgent, run_dag
 from bench.temporal_floor import floor_worker, run_temporal_floor
-from durable_plans.domain.contracts import ACT_CALL_LLM, ACT_MERGE_RESULTS, PlanInput
+from durable_plans.domain.contracts import ACT_CALL_LLM, ACT_MERGE_RESULTS
 from durable_plans.domain.ids import subtask_workflow_id
-from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
+from durable_plans.domain.models import Plan, Subtask
 from durable_plans.domain.scheduling import critical_path_length
-from durable_plans.embedded import temporal_binary
-from durable_plans.plugin import DurablePlansPlugin
-from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
 from durable_plans.testing import FakeProvider
-from durable_plans.worker import build_worker
 
 MODEL = "openai/fake-model"
 FAKE_KEY = "sk-bench-fake-000000000000000000000000000"  # the fake provider checks no key
@@ -260,90 +251,36 @@ class Measurement:
     plan: Plan | None = None  # the last durable plan, whose histories are analysed
 
 
-async def run_durable(client: Client, plan: Plan, task_queue: str) -> float:
-    """Seconds from the client's start request to the result in the client's hands."""
-    t0 = time.perf_counter()
-    handle = await client.start_workflow(
-        "PlanWorkflow",
-        PlanInput(plan=plan),
-        id=plan.id,
-        task_queue=task_queue,
-        result_type=PlanReport,
-    )
-    report = await handle.result()
-    elapsed = time.perf_counter() - t0
-    if report.status is not PlanStatus.COMPLETED:
-        raise RuntimeError(f"durable plan {plan.id} ended {report.status.value}: {report.counts}")
-    return elapsed
-
-
 async def run_floor(plan: Plan, agent: LitellmAgent) -> float:
     result = await run_dag(plan, agent)
     return result.duration_s
 
 
-@contextlib.contextmanager
-def _stdout_silenced() -> Iterator[None]:
-    """Point fd 1 at /dev/null while the dev server is spawned, so it inherits that.
-
-    The ``temporal`` CLI prints a start-up banner on stdout, which would land in the
-    middle of the benchmark's table in CI logs; its errors still go to stderr.
-    """
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 async def measure(
     *, latency_ms: float, subtasks: int, width: int, repeats: int
 ) -> tuple[Measurement, PlanTimes, dict[str, SubtaskTimes]]:
-    with tempfile.TemporaryDirectory(prefix="dplan-bench-overhead-") as tmp_name:
-        tmp = Path(tmp_name)
-        workspace = tmp / "workspace"
-        workspace.mkdir()
-        (workspace / "README.md").write_text("# bench workspace\n\nA small demo project.\n")
-        async with FakeProvider(latency_ms=latency_ms) as provider:
-            with _stdout_silenced():
-                env = await WorkflowEnvironment.start_local(
-                    dev_server_existing_path=str(temporal_binary()),
-                    plugins=[DurablePlansPlugin()],
-                    dev_server_log_level="error",
-                )
-            try:
-                settings = Settings(
-                    task_queue=f"bench-{uuid.uuid4().hex[:8]}",
-                    model=MODEL,
-                    api_base=provider.base_url,
-                    api_key=FAKE_KEY,
-                    session_store=str(tmp / "sessions.db"),
-                    workspace=workspace,
-                    state_dir=tmp / "state",
-                    llm_timeout_s=30.0,
-                )
-                floor_queue = f"{settings.task_queue}-floor"  # its own worker, same server
-                agent = LitellmAgent(MODEL, provider.base_url, FAKE_KEY, workspace)
-                store = await open_session_store(settings.session_store)
-                try:
-                    async with (
-                        build_worker(env.client, settings, store),
-                        floor_worker(env.client, floor_queue),
-                    ):
-                        m = await _measure_with(
-                            env.client, settings, floor_queue, provider, agent, latency_ms,
-                            subtasks=subtasks, width=width, repeats=repeats,
-                        )  # fmt: skip
-                        assert m.plan is not None
-                        ptimes, ctimes = await fetch_times(env.client, m.plan)
-                finally:
-                    await store.close()
-            finally:
-                await env.shutdown()
+    with bench_dirs("overhead") as dirs:
+        async with FakeProvider(latency_ms=latency_ms) as provider, embedded_server() as env:
+            settings = bench_settings(
+                dirs,
+                "bench",
+                model=MODEL,
+                api_base=provider.base_url,
+                api_key=FAKE_KEY,
+                llm_timeout_s=30.0,
+            )
+            floor_queue = f"{settings.task_queue}-floor"  # its own worker, same server
+            agent = LitellmAgent(MODEL, provider.base_url, FAKE_KEY, dirs.workspace)
+            async with (
+                running_worker(env.client, settings),
+                floor_worker(env.client, floor_queue),
+            ):
+                m = await _measure_with(
+                    env.client, settings, floor_queue, provider, agent, latency_ms,
+                    subtasks=subtasks, width=width, repeats=repeats,
+                )  # fmt: skip
+                assert m.plan is not None
+                ptimes, ctimes = await fetch_times(env.client, m.plan)
     return m, ptimes, ctimes
 
 
@@ -362,7 +299,7 @@ async def _measure_with(
     # Warm-up at zero latency: first import and connection costs belong to neither side.
     provider.latency_ms = 0.0
     await run_floor(layered_plan(1, 1, prefix="warm"), agent)
-    await run_durable(client, layered_plan(1, 1, prefix="warm"), settings.task_queue)
+    await run_plan(client, layered_plan(1, 1, prefix="warm"), settings.task_queue)
     await run_temporal_floor(client, layered_plan(1, 1, prefix="warm"), floor_queue, 0.0)
     provider.latency_ms = latency_ms
     m = Measurement()
@@ -371,7 +308,7 @@ async def _measure_with(
         before = len(provider.requests)
         m.asyncio_s.append(await run_floor(plan, agent))
         middle = len(provider.requests)
-        m.durable_s.append(await run_durable(client, plan, settings.task_queue))
+        m.durable_s.append(await run_plan(client, plan, settings.task_queue))
         m.temporal_floor_s.append(await run_temporal_floor(client, plan, floor_queue, latency_ms))
         m.asyncio_requests = middle - before
         m.durable_requests = len(provider.requests) - middle

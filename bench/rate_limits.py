@@ -29,7 +29,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -37,13 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
 
-from bench.overhead import _stdout_silenced
+from bench._rig import bench_dirs, embedded_server
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
-from durable_plans.embedded import temporal_binary
-from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.testing import FakeProvider, RecordedRequest
 
 MODEL = "openai/fake-model"  # the workers' default model: not limited
@@ -196,20 +192,12 @@ async def measure(args: argparse.Namespace) -> list[Run]:
     share = args.share
     limits = f"{LIMITED_MODEL}=rpm:{args.rps * 60 * share:g},tpm:{args.tpm * share:g}"
     runs: list[Run] = []
-    with tempfile.TemporaryDirectory(prefix="dplan-bench-limits-") as tmp_name:
-        tmp = Path(tmp_name)
-        (tmp / "workspace").mkdir()
-        (tmp / "workspace" / "README.md").write_text("# bench workspace\n\nA small project.\n")
+    with bench_dirs("limits") as dirs:
+        tmp = dirs.root
         provider = FakeProvider(
             latency_ms=args.latency_ms, requests_per_s=args.rps, tokens_per_minute=args.tpm
         )
-        async with provider:
-            with _stdout_silenced():
-                env = await WorkflowEnvironment.start_local(
-                    dev_server_existing_path=str(temporal_binary()),
-                    plugins=[DurablePlansPlugin()],
-                    dev_server_log_level="error",
-                )
+        async with provider, embedded_server() as env:
             workers: list[Worker] = []
             try:
                 address = env.client.service_client.config.target_host
@@ -239,7 +227,6 @@ async def measure(args: argparse.Namespace) -> list[Run]:
             finally:
                 for w in workers:
                     w.stop()
-                await env.shutdown()
     print(f"limits after: DPLAN_RATE_LIMITS={limits!r}")
     return runs
 

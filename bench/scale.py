@@ -36,27 +36,26 @@ import logging
 import os
 import statistics
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig
-from temporalio.testing import WorkflowEnvironment
 
+from bench._rig import (
+    bench_dirs,
+    bench_settings,
+    embedded_server,
+    run_plan,
+    running_worker,
+    scripted_latency_zero,
+)
 from durable_plans.activities.scripted_model import LATENCY_ENV, SCRIPTED_MODEL
-from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.ids import subtask_workflow_id
-from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
-from durable_plans.embedded import temporal_binary
-from durable_plans.plugin import DurablePlansPlugin
-from durable_plans.session_store.factory import open_session_store
-from durable_plans.settings import Settings
-from durable_plans.worker import build_worker
+from durable_plans.domain.models import Plan, Subtask
 
 CHAIN_LENGTH = 10
 BIG_MAX_PARALLEL = 100
@@ -289,23 +288,6 @@ def core_runtime(counter: CoreLogCounter) -> Runtime:
 # --------------------------------------------------------------------------- runs
 
 
-async def run_plan(client: Client, plan: Plan, task_queue: str) -> float:
-    """Seconds from the client's start request to the report in its hands."""
-    t0 = time.perf_counter()
-    handle = await client.start_workflow(
-        "PlanWorkflow",
-        PlanInput(plan=plan),
-        id=plan.id,
-        task_queue=task_queue,
-        result_type=PlanReport,
-    )
-    report = await handle.result()
-    elapsed = time.perf_counter() - t0
-    if report.status is not PlanStatus.COMPLETED:
-        raise RuntimeError(f"plan {plan.id} ended {report.status.value}: {report.counts}")
-    return elapsed
-
-
 @dataclass(frozen=True)
 class BigResult:
     subtasks: int
@@ -393,42 +375,6 @@ async def many_plans(
     )
 
 
-@contextlib.contextmanager
-def _scripted_latency_zero() -> Iterator[None]:
-    """``DPLAN_SCRIPTED_LATENCY_MS=0`` for this benchmark only.
-
-    The scripted model reads it on every call; restoring it afterwards keeps a later
-    benchmark in the same ``python -m bench`` process (or the demo) on its own setting.
-    """
-    saved = os.environ.get(LATENCY_ENV)
-    os.environ[LATENCY_ENV] = "0"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(LATENCY_ENV, None)
-        else:
-            os.environ[LATENCY_ENV] = saved
-
-
-@contextlib.contextmanager
-def _stdout_silenced() -> Iterator[None]:
-    """Point fd 1 at /dev/null while the dev server is spawned, so it inherits that.
-
-    The ``temporal`` CLI prints a start-up banner on stdout that would otherwise land in
-    the middle of the table (the same trick as ``bench.overhead``).
-    """
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 @dataclass
 class Results:
     baseline: Memory
@@ -441,41 +387,15 @@ class Results:
 async def measure(big_sizes: Sequence[int], concurrent: Sequence[int]) -> Results:
     baseline = read_memory()
     counter = CoreLogCounter()
-    with (
-        _scripted_latency_zero(),
-        tempfile.TemporaryDirectory(prefix="dplan-bench-scale-") as tmp_name,
-    ):
-        tmp = Path(tmp_name)
-        workspace = tmp / "workspace"
-        workspace.mkdir()
-        (workspace / "README.md").write_text("# bench workspace\n\nA small demo project.\n")
-        with _stdout_silenced():
-            env = await WorkflowEnvironment.start_local(
-                dev_server_existing_path=str(temporal_binary()),
-                plugins=[DurablePlansPlugin()],
-                dev_server_log_level="error",
-                runtime=core_runtime(counter),
-            )
-        try:
-            settings = Settings(
-                task_queue=f"scale-{uuid.uuid4().hex[:8]}",
-                model=SCRIPTED_MODEL,
-                session_store=str(tmp / "sessions.db"),
-                workspace=workspace,
-                state_dir=tmp / "state",
-            )
-            store = await open_session_store(settings.session_store)
-            try:
-                async with build_worker(env.client, settings, store):
-                    tq = settings.task_queue
-                    warm_s = await run_plan(env.client, chains_plan(1, prefix="warm"), tq)
-                    after_warm = read_memory()
-                    big = [await big_plan(env.client, tq, n, counter) for n in big_sizes]
-                    many = [await many_plans(env.client, tq, n, counter) for n in concurrent]
-            finally:
-                await store.close()
-        finally:
-            await env.shutdown()
+    with scripted_latency_zero(), bench_dirs("scale") as dirs:
+        async with embedded_server(core_runtime(counter)) as env:
+            settings = bench_settings(dirs, "scale")
+            async with running_worker(env.client, settings):
+                tq = settings.task_queue
+                warm_s = await run_plan(env.client, chains_plan(1, prefix="warm"), tq)
+                after_warm = read_memory()
+                big = [await big_plan(env.client, tq, n, counter) for n in big_sizes]
+                many = [await many_plans(env.client, tq, n, counter) for n in concurrent]
     return Results(baseline, warm_s, after_warm, big, many)
 
 

@@ -192,7 +192,7 @@ async def run_temporal_floor(
     workflow_id: str | None = None,
     tool_as_local_activity: bool = True,
 ) -> float:
-    """Seconds from the client's start request to the result, like ``run_durable``.
+    """Seconds from the client's start request to the result, like ``bench._rig.run_plan``.
 
     ``workflow_id`` defaults to a fresh one (the durable run already used ``plan.id``);
     the children are ``{workflow_id}/{subtask id}``.
