@@ -27,11 +27,13 @@ import json
 import zlib
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from durable_plans.domain.models import Plan, PlanDataRef, Subtask
+from durable_plans.domain.plan_loader import MAX_PLAN_BYTES
 
 __all__ = [
+    "CARRIED_SUBTASKS",
     "INLINE_PLAN_BYTES",
     "LEAN_MARK",
     "MAX_LEAN_BYTES",
@@ -48,6 +50,7 @@ __all__ = [
     "plan_data_session_id",
     "size_problems",
     "unpack",
+    "with_carried_subtasks",
 ]
 
 # A plan whose input JSON is at most this big is sent whole, as it always was (runs of
@@ -65,6 +68,9 @@ LEAN_CHARS: Final = 120
 LEAN_MARK: Final = " […]"
 # The wrapper field of a packed first input (``{"packed_plan": {...}}``).
 PACKED_FIELD: Final = "packed_plan"
+# In a continued run's packed progress (``PlanInput.carried``): the lean plan's subtasks,
+# which its ``plan`` then leaves out.
+CARRIED_SUBTASKS: Final = "subtasks"
 
 
 class PlanDataError(ValueError):
@@ -186,3 +192,21 @@ def size_problems(plan: Plan, *, packed: bool) -> list[str]:
                 "shorten descriptions or split the plan"
             )
     return out
+
+
+def with_carried_subtasks(value: Any) -> Any:
+    """A run's input JSON as a reader of its plan wants it: a continued run of a plan by
+    reference packs its lean plan's subtasks with its progress (``carried``), and they
+    are put back in ``plan``; any other value is returned as it is."""
+    if not isinstance(value, dict) or not isinstance(value.get("plan"), dict):
+        return value
+    packed = value.get("carried")
+    if packed is None or value["plan"].get("subtasks"):
+        return value
+    try:
+        carried = unpack(PackedPlan.model_validate(packed), limit=MAX_PLAN_BYTES)
+    except ValidationError as err:
+        raise PlanDataError(f"carried: not a packed value ({err.error_count()} problems)") from None
+    if not isinstance(carried, dict) or CARRIED_SUBTASKS not in carried:
+        return value
+    return {**value, "plan": {**value["plan"], "subtasks": carried[CARRIED_SUBTASKS]}}

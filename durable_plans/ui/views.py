@@ -25,6 +25,7 @@ from durable_plans.client import Client, PendingCall, PlanSummary
 from durable_plans.client._plans import describe_plan, ui_base_for, web_url
 from durable_plans.domain.inputs import InvalidInput, plan_input_from_value
 from durable_plans.domain.models import Plan, PlanReport, SubtaskResult, Usage
+from durable_plans.domain.plan_data import PlanDataError, with_carried_subtasks
 from durable_plans.domain.secrets import scrub_secrets
 
 __all__ = [
@@ -155,10 +156,12 @@ class PlanDefinitions:
                 break
             values = await self.client.temporal.data_converter.decode(list(payloads))
             try:
-                plan = plan_input_from_value(values[0], workflow_id=plan_id).plan
-            except InvalidInput as err:
+                value = with_carried_subtasks(values[0])
+                plan = plan_input_from_value(value, workflow_id=plan_id).plan
+            except (InvalidInput, PlanDataError) as err:
+                problems = err.problems if isinstance(err, InvalidInput) else [str(err)]
                 raise DurablePlansError(
-                    f"plan '{plan_id}' has an invalid input: {'; '.join(err.problems)}"
+                    f"plan '{plan_id}' has an invalid input: {'; '.join(problems)}"
                 ) from None
             self._by_run[key] = plan
             return plan

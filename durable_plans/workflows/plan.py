@@ -86,6 +86,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_plans.domain.operations import CARRIED_STATE_QUERY
     from durable_plans.domain.plan_data import (
+        CARRIED_SUBTASKS,
         PACKED_FIELD,
         PackedPlan,
         PlanDataError,
@@ -376,23 +377,25 @@ class PlanWorkflow(PauseHandlers):
 
     def _continued(self, inp: PlanInput) -> PlanInput:
         """The next run's input: for a plan by reference, the carried progress packed
-        (it grows with every subtask, and compresses well), so a 10,000-subtask plan's
-        continue-as-new input stays a fraction of one payload."""
+        (it grows with every subtask, and compresses well), with the lean plan's subtasks
+        (``versions.PACKED_CARRY``), so a 10,000-subtask plan's continue-as-new input,
+        and the next run's started event, stay a fraction of one payload."""
         carried = self._carry(inp)
         if carried.plan_data is None:
             return carried
-        packed = pack(
-            {
-                "results": [
-                    r.model_dump(mode="json", exclude_defaults=True) for r in carried.results
-                ],
-                "merged": list(carried.merged),
-                "branches": [list(b) for b in carried.branches],
-                "prior": [r.model_dump(mode="json", exclude_defaults=True) for r in carried.prior],
-            }
-        )
-        empty: dict[str, object] = {"results": (), "merged": (), "branches": (), "prior": ()}
-        return carried.model_copy(update={**empty, "carried": packed})
+        wrapper: dict[str, object] = {
+            "results": [r.model_dump(mode="json", exclude_defaults=True) for r in carried.results],
+            "merged": list(carried.merged),
+            "branches": [list(b) for b in carried.branches],
+            "prior": [r.model_dump(mode="json", exclude_defaults=True) for r in carried.prior],
+        }
+        update: dict[str, object] = {"results": (), "merged": (), "branches": (), "prior": ()}
+        if workflow.patched(versions.PACKED_CARRY):
+            wrapper[CARRIED_SUBTASKS] = [
+                s.model_dump(mode="json", exclude_defaults=True) for s in carried.plan.subtasks
+            ]
+            update["plan"] = carried.plan.model_copy(update={"subtasks": ()})
+        return carried.model_copy(update={**update, "carried": pack(wrapper)})
 
     @staticmethod
     def _unpacked_carry(inp: PlanInput) -> PlanInput:
@@ -401,9 +404,15 @@ class PlanWorkflow(PauseHandlers):
         try:
             value = unpack(inp.carried, limit=MAX_PLAN_BYTES)
             # Only the carried rows are validated: the plan (thousands of subtasks) was,
-            # when the input was decoded, and a task must not take seconds doing it twice.
+            # when the input was decoded, and a task must not take seconds doing it twice;
+            # its subtasks, when they were packed with the rows, are validated here.
+            plan = inp.plan
+            if CARRIED_SUBTASKS in value:
+                subtasks = tuple(Subtask.model_validate(s) for s in value[CARRIED_SUBTASKS])
+                plan = plan.model_copy(update={"subtasks": subtasks})
             return inp.model_copy(
                 update={
+                    "plan": plan,
                     "results": tuple(SubtaskResult.model_validate(r) for r in value["results"]),
                     "merged": tuple(str(m) for m in value["merged"]),
                     "branches": tuple((str(a), str(b)) for a, b in value["branches"]),

@@ -88,3 +88,12 @@ LLM_LOCAL = "llm-local-1"
 # run gets there, so no run that never did records the marker, and runs recorded before
 # it (which never asked) wind down where they did.
 HISTORY_GOAL = "history-goal-1"
+
+# A plan by reference continued as new packs its lean plan's subtasks with its carried
+# progress (``PlanInput.carried``), not beside it: both the continue-as-new event and the
+# next run's started event held the lean plan whole (1.27 MiB each at 10,000 subtasks,
+# half of what a run may hold), so runs were cut short. Asked when a run continues as
+# new; runs recorded before it carried the plan as it was. A worker of this version
+# reads both forms; one older than it cannot read the new one, so every worker is
+# upgraded before plans continue under it.
+PACKED_CARRY = "packed-carry-1"

@@ -29,6 +29,7 @@ from durable_plans.domain.models import (
     Usage,
 )
 from durable_plans.domain.plan_data import (
+    CARRIED_SUBTASKS,
     INLINE_PLAN_BYTES,
     LEAN_MARK,
     MAX_LEAN_BYTES,
@@ -44,6 +45,7 @@ from durable_plans.domain.plan_data import (
     plan_data_session_id,
     size_problems,
     unpack,
+    with_carried_subtasks,
 )
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
@@ -93,6 +95,21 @@ def test_pack_round_trips_and_refuses_altered_or_oversized_data() -> None:
     broken = packed.model_copy(update={"zlib_b64": "not base64!"})
     with pytest.raises(PlanDataError, match="cannot be unpacked"):
         unpack(broken, limit=1_000_000)
+
+
+def test_a_continued_runs_input_gives_its_subtasks_back_to_readers() -> None:
+    subtasks = [{"id": "a", "description": "x […]"}, {"id": "b", "description": "y"}]
+    carried = pack({"results": [], "merged": [], CARRIED_SUBTASKS: subtasks})
+    value = {"plan": {"id": "p", "subtasks": []}, "carried": carried.model_dump()}
+    assert with_carried_subtasks(value)["plan"] == {"id": "p", "subtasks": subtasks}
+    # Inputs of first runs, or carried without the subtasks, are read as they are.
+    whole = {"plan": {"id": "p", "subtasks": subtasks}}
+    assert with_carried_subtasks(whole) is whole
+    old = {"plan": {"id": "p", "subtasks": subtasks}, "carried": pack({"results": []}).model_dump()}
+    assert with_carried_subtasks(old) is old
+    assert with_carried_subtasks(["not", "a", "wrapper"]) == ["not", "a", "wrapper"]
+    with pytest.raises(PlanDataError, match="carried: not a packed value"):
+        with_carried_subtasks({"plan": {"id": "p", "subtasks": []}, "carried": {"zlib": 1}})
 
 
 def test_lean_plan_cuts_long_descriptions_to_marked_excerpts_only() -> None:
