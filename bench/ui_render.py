@@ -203,7 +203,7 @@ async def run(subtasks: int, layers: int, repeats: int) -> None:
     samples: list[dict[str, float]] = []
     try:
         for i in range(repeats):
-            with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
+            with tempfile.TemporaryDirectory(prefix="bench-ui-", ignore_cleanup_errors=True) as tmp:
                 sample = await measure(url, Path(tmp))
             samples.append(sample)
             print(

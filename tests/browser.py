@@ -14,7 +14,9 @@ import base64
 import contextlib
 import itertools
 import json
+import os
 import shutil
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -121,6 +123,7 @@ async def headless_chromium(
         "about:blank",
         stdout=asyncio.subprocess.DEVNULL,
         stderr=(tmp_path / "chromium.log").open("wb"),
+        start_new_session=True,  # its renderers and helpers too: stopped as one group
     )
     try:
         port = await _devtools_port(profile, process)
@@ -133,6 +136,30 @@ async def headless_chromium(
             ) as ws:
                 yield Cdp(ws)
     finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
+        await _stop(process)
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    """Kill the browser and every process it started, and wait until none is left: a
+    renderer or helper outliving the browser by a moment still writes in the profile,
+    and removing the directory then fails ("Directory not empty")."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await process.wait()
+    for _ in range(200):  # 10 s at most
+        if not _group_alive(process.pid):
+            return
+        await asyncio.sleep(0.05)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (a zombie does not: it writes
+    nothing, and whoever adopted it may never reap it)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
