@@ -258,8 +258,13 @@ def report(results: list[Result]) -> None:
             )
 
 
-async def main(short: bool, sizes: list[int] | None) -> None:
-    report(await measure(sizes or ([100, 1_000] if short else [1_000, 10_000])))
+async def main(short: bool) -> None:
+    """Entry point for ``python -m bench`` (one parameter: ``bench/__main__.py``)."""
+    await run_sizes([100, 1_000] if short else [1_000, 10_000])
+
+
+async def run_sizes(sizes: list[int]) -> None:
+    report(await measure(sizes))
 
 
 def cli() -> None:
@@ -269,7 +274,7 @@ def cli() -> None:
         "--sizes", type=int, nargs="+", metavar="N", help="plan sizes to run, smallest first"
     )
     args = parser.parse_args()
-    asyncio.run(main(args.short, args.sizes))
+    asyncio.run(run_sizes(args.sizes) if args.sizes else main(args.short))
 
 
 if __name__ == "__main__":
