@@ -272,23 +272,29 @@ class PlanWorkflow(PauseHandlers):
     def _small(self, report: PlanReport, ref: PlanDataRef | None = None) -> PlanReport:
         return report.summary(REPORT_ROWS, full_report=ref) if self._summarized() else report
 
+    def _rows(self, plan: Plan, *, every: bool) -> list[SubtaskResult]:
+        """The report's rows in plan order: each result, and a pending or running row for
+        a subtask without one (``every``), or only for those whose earlier attempts
+        spent something (what the totals need)."""
+        rows = []
+        for st in plan.subtasks:
+            done = self._results.get(st.id)
+            if done is not None:
+                rows.append(done)
+            elif every or st.id in self._prior:
+                status = SubtaskStatus.RUNNING if st.id in self._running else SubtaskStatus.PENDING
+                row = SubtaskResult(id=st.id, status=status, agent=st.agent)
+                rows.append(self._with_prior(row) if st.id in self._prior else row)
+        return rows
+
     def _report(self) -> PlanReport:
         plan = self._plan
         if plan is None:
             return PlanReport.build("", [])
-        results = []
-        for st in plan.subtasks:
-            done = self._results.get(st.id)
-            if done is not None:
-                results.append(done)
-            else:
-                status = SubtaskStatus.RUNNING if st.id in self._running else SubtaskStatus.PENDING
-                row = SubtaskResult(id=st.id, status=status, agent=st.agent)
-                results.append(self._with_prior(row) if st.id in self._prior else row)
         elapsed = workflow.now().timestamp() - self._started_at_s if self._started_at_s else 0.0
         return PlanReport.build(
             plan.id,
-            results,
+            self._rows(plan, every=True),
             duration_s=max(elapsed, 0.0),
             cancelled=self._cancelled,
             workspace=self._workspace_summary(),
@@ -296,25 +302,15 @@ class PlanWorkflow(PauseHandlers):
 
     def _progress_report(self) -> PlanReport:
         """What visibility says while the plan runs (completed, failed, tokens, cost): the
-        report's totals without a row for every subtask not yet run. Made after each
-        child's completion, so on a plan of thousands of subtasks the full report's pass
-        (a pydantic row per pending subtask) is what held a workflow task past the SDK's
-        deadlock bound on a loaded host. Rows are summed in plan order, as ``_report``
-        does, so the values (and the upserts) are the same."""
+        report's totals without a row for every subtask not yet run. On a plan of
+        thousands of subtasks the full report's pass (a pydantic row per pending subtask)
+        held a workflow task past the SDK's deadlock bound on a loaded host. Rows are
+        summed in plan order, as ``_report``'s are, so the values (and the upserts) are
+        the same."""
         plan = self._plan
         if plan is None:
             return PlanReport.build("", [])
-        rows = []
-        for st in plan.subtasks:
-            done = self._results.get(st.id)
-            if done is not None:
-                rows.append(done)
-            elif st.id in self._prior:
-                status = SubtaskStatus.RUNNING if st.id in self._running else SubtaskStatus.PENDING
-                rows.append(
-                    self._with_prior(SubtaskResult(id=st.id, status=status, agent=st.agent))
-                )
-        return PlanReport.build(plan.id, rows, cancelled=self._cancelled)
+        return PlanReport.build(plan.id, self._rows(plan, every=False), cancelled=self._cancelled)
 
     def _workspace_summary(self) -> WorkspaceSummary | None:
         """The published result once the plan ended; until then the base it started from."""
