@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client as TemporalClient
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
 from durable_plans.activities.plan_data import put_data, stored_report
@@ -132,6 +132,19 @@ async def task_message(store: SessionStore, plan: Plan, report: PlanReport, sid:
     return next(m for m in messages if m.role == "user")
 
 
+async def start_by_reference(
+    rig: Rig, plan: Plan, ref: PlanDataRef, **extra: Any
+) -> WorkflowHandle[Any, PlanReport]:
+    """Start ``plan`` as a client that put its data in the store does: lean, by ``ref``."""
+    return await rig.client.start_workflow(
+        "PlanWorkflow",
+        PlanInput(plan=lean_plan(plan), plan_data=ref, **extra),
+        id=plan.id,
+        task_queue=rig.settings.task_queue,
+        result_type=PlanReport,
+    )
+
+
 async def failure_of(client: TemporalClient, workflow_id: str) -> ApplicationError:
     with pytest.raises(WorkflowFailureError) as caught:
         await client.get_workflow_handle(workflow_id).result()
@@ -176,13 +189,7 @@ async def test_packed_plan_runs_by_reference_across_continue_as_new_and_replays(
 async def test_continued_runs_carry_the_reference_not_the_plan(rig: Rig) -> None:
     plan = long_plan(24, 12_000, prefix="carry")
     ref = await put_data(rig.store, plan_bytes(plan))
-    handle = await rig.client.start_workflow(
-        "PlanWorkflow",
-        PlanInput(plan=lean_plan(plan), plan_data=ref, max_completions_per_run=8),
-        id=plan.id,
-        task_queue=rig.settings.task_queue,
-        result_type=PlanReport,
-    )
+    handle = await start_by_reference(rig, plan, ref, max_completions_per_run=8)
     report = await handle.result()
 
     assert report.status is PlanStatus.COMPLETED, report.counts
@@ -205,12 +212,7 @@ async def test_continued_runs_carry_the_reference_not_the_plan(rig: Rig) -> None
 async def test_missing_plan_data_fails_the_plan_with_one_line(rig: Rig) -> None:
     plan = long_plan(3, 3_000, prefix="missing")
     ref = PlanDataRef(sha256="0" * 64, size=len(plan_bytes(plan)))
-    await rig.client.start_workflow(
-        "PlanWorkflow",
-        PlanInput(plan=lean_plan(plan), plan_data=ref),
-        id=plan.id,
-        task_queue=rig.settings.task_queue,
-    )
+    await start_by_reference(rig, plan, ref)
     failure = await failure_of(rig.client, plan.id)
 
     assert failure.type == "PlanDataUnavailable"
@@ -230,12 +232,7 @@ async def test_altered_plan_data_fails_the_plan_with_one_line(rig: Rig) -> None:
     kept = await rig.store.read(session)
     tampered = kept[0].content.replace("task 1:", "task 9:")  # type: ignore[union-attr]
     await rig.store.replace(session, [kept[0].model_copy(update={"content": tampered})])
-    await rig.client.start_workflow(
-        "PlanWorkflow",
-        PlanInput(plan=lean_plan(plan), plan_data=ref),
-        id=plan.id,
-        task_queue=rig.settings.task_queue,
-    )
+    await start_by_reference(rig, plan, ref)
     failure = await failure_of(rig.client, plan.id)
 
     assert failure.type == "PlanDataUnavailable"
