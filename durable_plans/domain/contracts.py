@@ -309,6 +309,10 @@ class SubtaskInput(_Payload):
     # decided once per plan run (``versions.LLM_LOCAL``) and carried, so a replay sees the
     # same; False in runs started before, which replay their regular activities.
     llm_local: bool = False
+    # Started by a release that asks no patch after a local activity (``versions.SETTLED``):
+    # the subtask takes those changes as on and asks nothing. False in subtasks started
+    # before, which ask (and replay) their patches where they did.
+    settled: bool = False
     # Times this subtask was started before (``dplan retry``/``resume``): its attempt
     # works on a branch of its own (``domain.ids.attempt_key``).
     retries: int = Field(default=0, ge=0)

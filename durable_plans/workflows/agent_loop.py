@@ -145,6 +145,9 @@ class AgentLoop:
     branch_closed: bool = False
     # The LLM calls run as local activities (``workflows/llm_call.py``; subtasks only).
     llm_local: bool = False
+    # The changes this run takes without asking their patch (``versions.SETTLED``): a
+    # patch asked right after a local activity may be answered otherwise on replay.
+    settled: frozenset[str] = frozenset()
     turn: int = 0
     llm_calls: int = 0
     usage: Usage = field(default_factory=Usage)
@@ -302,7 +305,7 @@ class AgentLoop:
         when a call was refused as too long, so the marker (and the search-attribute
         upsert a patch costs) is in the histories of those runs alone."""
         if self._compacting is None:
-            self._compacting = workflow.patched(versions.COMPACTION)
+            self._compacting = versions.on(versions.COMPACTION, self.settled)
         return self._compacting
 
     def _checks_window(self) -> bool:
@@ -377,7 +380,11 @@ class AgentLoop:
         asks = needs_approval(ref.name, policy) or (
             ref.name in self.tools and requires_approval(ref.name, self.spec.run_command)
         )
-        if self.approvals is None or not asks or not workflow.patched(versions.TOOL_APPROVAL):
+        if (
+            self.approvals is None
+            or not asks
+            or not versions.on(versions.TOOL_APPROVAL, self.settled)
+        ):
             return await self._dispatch(message_id, index, ref, None)
         self.phase = "waiting for approval"
         decision = await self.approvals.ask(
@@ -468,7 +475,7 @@ class AgentLoop:
     async def _run_tool(self, inp: ToolCallInput) -> ToolCallOutput:
         """``run_tool``: a workspace tool call."""
         params = policies.current_parameters()
-        if self.llm_local or workflow.patched(versions.FEWER_ROUND_TRIPS):
+        if self.llm_local or versions.on(versions.FEWER_ROUND_TRIPS, self.settled):
             # A local activity: workspace tools take milliseconds and are idempotent
             # (atomic writes, reads), so they run inside the workflow task that received
             # the model's answer instead of costing a server round trip and a workflow
@@ -614,6 +621,7 @@ class AgentLoop:
             root_session_id=self.root_session_id,
             depth=self.depth + 1,
             llm_local=self.llm_local,
+            settled=True,
             approval=self.approval,
             mcp_tools=self.mcp_servers,
             workspace=subagent_start(tree, child_id, prep.agent) if tree is not None else None,

@@ -141,7 +141,8 @@ def outcome_of_failure(err: ActivityError, webhook_id: str, window: timedelta) -
     )
 
 
-def should_notify() -> bool:
+def should_notify(settled: frozenset[str] = frozenset()) -> bool:
     """Whether this run delivers, for a plan with ``notify``: the new path is recorded with
-    the patch marker, and a replay of a run from before the patch takes the old one."""
-    return workflow.patched(versions.NOTIFY_WEBHOOK)
+    the patch marker (or taken unasked by a settled run), and a replay of a run from before
+    the patch takes the old one."""
+    return versions.on(versions.NOTIFY_WEBHOOK, settled)

@@ -222,6 +222,7 @@ class PlanWorkflow(PauseHandlers):
         self._subtasks: dict[str, Subtask] = {}
         self._merge_from = 0
         self._batched = False  # at most START_BATCH starts per pass (versions.START_BATCH)
+        self._settled: frozenset[str] = frozenset()  # versions.SETTLED
 
     def _wake(self) -> None:
         """Something changed: the scheduler looks again."""
@@ -386,7 +387,7 @@ class PlanWorkflow(PauseHandlers):
             "prior": [r.model_dump(mode="json", exclude_defaults=True) for r in carried.prior],
         }
         update: dict[str, object] = {"results": (), "merged": (), "branches": (), "prior": ()}
-        if workflow.patched(versions.PACKED_CARRY):
+        if versions.on(versions.PACKED_CARRY, self._settled):
             wrapper[CARRIED_SUBTASKS] = [
                 s.model_dump(mode="json", exclude_defaults=True) for s in carried.plan.subtasks
             ]
@@ -491,6 +492,14 @@ class PlanWorkflow(PauseHandlers):
             ) from None
         return out
 
+    def _settle(self) -> None:
+        """Whether this run is settled (``versions.SETTLED``); if so, the worker's own two
+        decisions are taken now too, in the run's first activation."""
+        self._settled = versions.settled(versions.SETTLED_IN_PLAN)
+        if self._settled:
+            self._llm_local = takes_local_calls()
+            self._visibility.decide(self._settled)
+
     @workflow.run
     async def run(self, raw: RawValue = NO_INPUT) -> PlanReport:
         """Run the plan in ``raw``: the plan file's JSON as is, or the PlanInput wrapper.
@@ -500,8 +509,11 @@ class PlanWorkflow(PauseHandlers):
         """
         decoded = self._decode(raw)
         by_reference = isinstance(decoded, PackedPlan) or decoded.plan_data is not None
+        # First thing, before any local activity (``versions.SETTLED``): a settled run asks
+        # no other patch but the two the worker decides, asked here too.
+        self._settle()
         if by_reference:
-            workflow.patched(versions.PLAN_DATA_REF)
+            versions.on(versions.PLAN_DATA_REF, self._settled)
             inp = await self._by_reference(decoded)
         else:
             assert isinstance(decoded, PlanInput)
@@ -515,11 +527,12 @@ class PlanWorkflow(PauseHandlers):
             raise invalid_plan_error(f"invalid plan {plan.id!r}: " + "; ".join(problems), problems)
         self._dag = DagIndex(plan)
         self._subtasks = {s.id: s for s in plan.subtasks}
-        self._batched = workflow.patched(versions.START_BATCH)
+        self._batched = versions.on(versions.START_BATCH, self._settled)
         # Asked here, once, whatever happens next: a patch asked at a moment that depends
         # on timing would be answered differently by a run and its replay.
-        self._git = workflow.patched(versions.GIT_WORKSPACE)
-        self._llm_local = takes_local_calls()
+        self._git = versions.on(versions.GIT_WORKSPACE, self._settled)
+        if not self._settled:
+            self._llm_local = takes_local_calls()
         # Stable across continue-as-new, new for every fresh run of the same plan id.
         self._plan_run_id = plan_run_id(plan.id, workflow.info().first_execution_run_id)
         # A plan of thousands by reference leaves its base session alone: every subtask's
@@ -649,7 +662,7 @@ class PlanWorkflow(PauseHandlers):
         """Tell the plan's webhook how it ended, once the report is final (completed,
         failed or cancelled alike); the outcome goes to the memo (``workflows/notify.py``),
         and neither the report nor the way the plan ends depends on it."""
-        if plan.notify is not None and should_notify():
+        if plan.notify is not None and should_notify(self._settled):
             await deliver_report(self._plan_run_id, plan.notify, report)
 
     async def _drive(self, plan: Plan, inp: PlanInput) -> bool:
@@ -708,7 +721,7 @@ class PlanWorkflow(PauseHandlers):
             events + tail >= HISTORY_GOAL_MARGIN * HISTORY_GOAL_EVENTS
             or size + tail * size / max(events, 1) >= HISTORY_GOAL_MARGIN * HISTORY_GOAL_BYTES
         )
-        return near and workflow.patched(versions.HISTORY_GOAL)
+        return near and versions.on(versions.HISTORY_GOAL, self._settled)
 
     def _schedule(self, plan: Plan, inp: PlanInput, *, start_new: bool) -> None:
         """Skip what can never run, then start what can, up to ``max_parallel`` (no awaits).
@@ -762,6 +775,7 @@ class PlanWorkflow(PauseHandlers):
             root_session_id=default_session_id(plan),
             depth=0,
             llm_local=self._llm_local,
+            settled=True,
             retries=retries,
             approval=plan.approval,
             mcp_tools=self._mcp_tools or (),
@@ -898,7 +912,7 @@ class PlanWorkflow(PauseHandlers):
             for sid in started
             if (r := self._results.get(sid)) is not None and r.status is SubtaskStatus.CANCELLED
         ]
-        if not cancelled or not workflow.patched(versions.CANCELLED_SPEND):
+        if not cancelled or not versions.on(versions.CANCELLED_SPEND, self._settled):
             return
         base = default_session_id(plan)
         keys = {sid: attempt_key(sid, self._attempt.get(sid, 0)) for sid in cancelled}

@@ -163,8 +163,10 @@ class SessionWorkflow(ApprovalHandlers):
         # is refused while there are any, so it never takes back a turn nobody has seen.
         self._open_turns = 0
         # Asked here, once, before any update this run handles can need it: an update
-        # delivered with the run's first task runs before ``run`` does.
-        self._git = workflow.patched(versions.CHAT_WORKSPACE)
+        # delivered with the run's first task runs before ``run`` does. A settled run
+        # (``versions.SETTLED``, asked first) asks no other patch, here or in its loops.
+        self._settled = versions.settled(versions.SETTLED_IN_LOOP)
+        self._git = versions.on(versions.CHAT_WORKSPACE, self._settled)
         self._workspace: ChatWorkspace | None = inp.workspace
         self._turns: list[ChatTurn] = list(inp.turns)
         self.approval_desk.decided = {d.call_id: d for d in inp.approvals}
@@ -377,6 +379,7 @@ class SessionWorkflow(ApprovalHandlers):
             system_prompt=spec.system_prompt,
             approvals=self.approval_desk,
             workspace=ws.ref if ws is not None else None,
+            settled=self._settled,
         )
         self.approval_desk.prefix = f"{n}."  # turns restart with each message
         self._pending_switch = None

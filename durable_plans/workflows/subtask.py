@@ -95,6 +95,7 @@ class SubtaskWorkflow(ApprovalHandlers):
             approvals=self.approval_desk,
             approval=inp.approval,
             mcp_servers=inp.mcp_tools,
+            settled=versions.SETTLED_IN_LOOP if inp.settled else frozenset(),
         )
         self.approval_desk.subtask = sub.id
         self._loop = loop
@@ -123,7 +124,7 @@ class SubtaskWorkflow(ApprovalHandlers):
             )
 
         # A child whose calls are local was started after the change: no marker asked.
-        if inp.llm_local or workflow.patched(versions.FEWER_ROUND_TRIPS):
+        if inp.llm_local or versions.on(versions.FEWER_ROUND_TRIPS, loop.settled):
             # The first LLM call builds the branch and the answering one closes it: no
             # local activity of their own (each costs about a workflow task).
             loop.begin = begin

@@ -9,6 +9,8 @@ runs of the old shapes, so the suite proves both paths still replay.
 
 from __future__ import annotations
 
+from temporalio import workflow
+
 # Workspace tools run as local activities, a subtask's first LLM call builds its branch
 # and the call that ends it closes the branch (three round trips fewer per subtask).
 FEWER_ROUND_TRIPS = "fewer-round-trips-1"
@@ -97,3 +99,44 @@ HISTORY_GOAL = "history-goal-1"
 # reads both forms; one older than it cannot read the new one, so every worker is
 # upgraded before plans continue under it.
 PACKED_CARRY = "packed-carry-1"
+
+# A run asks no patch after a local activity. When a query reaches a worker while one of a
+# workflow task's local activities runs, the SDK may complete that task with the activity's
+# marker and hand its result to the workflow only in the next task; a replay hands it over
+# one task early, where a patch asked right after it is not yet known and answers no (the
+# replay then fails: "patch marker encountered ... no corresponding change command"). So
+# runs since this one take the patches below as on without asking: a plan or conversation
+# run asks this one id first thing instead, and a subtask started since then is told so in
+# its input (``SubtaskInput.settled``), so it asks nothing. The decisions that depend on
+# the worker (LLM_LOCAL, SEARCH_ATTRIBUTES) are still asked, in a plan's first activation.
+SETTLED = "settled-1"
+
+# What a run that took SETTLED (or a subtask started as settled) takes as on.
+SETTLED_IN_PLAN = frozenset(
+    {
+        START_BATCH,
+        GIT_WORKSPACE,
+        SELF_MEMO,
+        IDLE_PROGRESS,
+        NOTIFY_WEBHOOK,
+        CANCELLED_SPEND,
+        PLAN_DATA_REF,
+        HISTORY_GOAL,
+        PACKED_CARRY,
+    }
+)
+SETTLED_IN_LOOP = frozenset({FEWER_ROUND_TRIPS, TOOL_APPROVAL, COMPACTION, CHAT_WORKSPACE})
+
+
+def settled(ids: frozenset[str]) -> frozenset[str]:
+    """``ids`` if this run is settled (it asks SETTLED, live: every new run is), none
+    otherwise. Asked first thing in a run, before any local activity."""
+    return ids if workflow.patched(SETTLED) else frozenset()
+
+
+def on(patch_id: str, settled: frozenset[str]) -> bool:
+    """Whether this run takes the change ``patch_id``: on, unasked, when the run is settled
+    for it; otherwise ``workflow.patched`` answers (and, live, records the marker)."""
+    if patch_id in settled:
+        return True
+    return workflow.patched(patch_id)

@@ -105,10 +105,11 @@ def sets_search_attributes() -> bool:
     return False
 
 
-def says_idle_progress() -> bool:
+def says_idle_progress(settled: frozenset[str] = frozenset()) -> bool:
     """Whether this run says held-back progress when it goes idle (``PlanVisibility.idle``):
-    every run since that began, recorded as a patch marker in the run's first task."""
-    return workflow.patched(versions.IDLE_PROGRESS)
+    every run since that began, recorded as a patch marker in the run's first task (or
+    taken unasked by a settled run)."""
+    return versions.on(versions.IDLE_PROGRESS, settled)
 
 
 def plan_memo(plan: Plan) -> dict[str, Any]:
@@ -129,25 +130,36 @@ class PlanVisibility:
     def __init__(self) -> None:
         self.enabled = False
         self._says_idle = False
+        self._settled: frozenset[str] = frozenset()  # versions.SETTLED
+        self._decided = False  # by ``decide``
         self._last: dict[str, Any] = {}
         self._last_at_s = 0.0
         self._paused: dict[str, str] = {}
 
+    def decide(self, settled: frozenset[str]) -> None:
+        """A settled run's decision (``versions.SETTLED``), taken in its first activation,
+        before any local activity: whether it sets search attributes (the worker's answer,
+        recorded); ``start`` asks nothing then."""
+        self._settled = settled
+        self._decided = True
+        self.enabled = sets_search_attributes()
+
     def start(self, plan: Plan, report: PlanReport) -> None:
         """First task of a run: the memo, the decision, and ``running`` with the counts
         carried over (a continued run starts from its predecessor's)."""
-        if workflow.patched(versions.SELF_MEMO):
+        if versions.on(versions.SELF_MEMO, self._settled):
             memo = plan_memo(plan)
             current = {key: workflow.memo_value(key, None) for key in memo}
             if current != memo:
                 workflow.upsert_memo(memo)
-        self.enabled = sets_search_attributes()
+        if not self._decided:
+            self.enabled = sets_search_attributes()
         if self.enabled:
             # Asked here, in the run's first task, not where the plan goes idle: whether
             # anything is held back there depends on when children finished, and a patch
             # asked at a moment that differs between a run and its replay is itself
             # non-determinism (a replay asking before its marker is reached answers no).
-            self._says_idle = says_idle_progress()
+            self._says_idle = says_idle_progress(self._settled)
             first = self._values(report, sa.VisibilityStatus.RUNNING) | {sa.PLAN_ID.name: plan.id}
             if goal_searchable():
                 first[sa.GOAL.name] = scrub_secrets(plan.goal)[:GOAL_CHARS]

@@ -87,9 +87,9 @@ async def listed(client: Client, plan_id: str, ok: Callable[[Any], bool]) -> Any
         await asyncio.sleep(0.1)
 
 
-def patch_markers(history: WorkflowHistory) -> int:
-    """Markers naming ``versions.IDLE_PROGRESS`` (its id is in the marker's data)."""
-    marker = versions.IDLE_PROGRESS.encode()
+def patch_markers(history: WorkflowHistory, patch_id: str = versions.IDLE_PROGRESS) -> int:
+    """Markers naming ``patch_id`` (its id is in the marker's data)."""
+    marker = patch_id.encode()
     return sum(
         1
         for e in history.events
@@ -112,9 +112,11 @@ async def test_a_paused_plan_is_listed_with_its_true_counts(harness: Harness) ->
         assert row.paused is not None and list(row.paused) == ["c"]
         assert row.paused["c"].startswith("Authentication: ")
 
-        # Said by the idle upsert (the interval held every completion back), which replays.
+        # Said by the idle upsert (the interval held every completion back), which replays;
+        # a settled run takes the change unasked (versions.SETTLED).
         history = await handle.fetch_history()
-        assert patch_markers(history) == 1
+        assert patch_markers(history, versions.SETTLED) == 1
+        assert patch_markers(history) == 0
         result = await make_replayer().replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, result.replay_failure
     finally:
@@ -128,8 +130,10 @@ async def test_a_run_recorded_before_idle_progress_still_replays(
     # with its counts held back, then the operator skips c and the plan ends.
     plan = paused_plan()
     with monkeypatch.context() as before:
-        # The release before never asked for the patch, so it recorded no marker.
-        before.setattr(visibility, "says_idle_progress", lambda: False)
+        # The release before never asked for the patch, so it recorded no marker (nor
+        # was its run settled, which takes the change unasked).
+        before.setattr(visibility, "says_idle_progress", lambda *_: False)
+        before.setattr(versions, "settled", lambda ids: frozenset())
         handle = await harness.start(plan)
         await until_waiting_for_operator(handle)
         await handle.execute_update(SKIP_UPDATE, SubtaskRequest(subtask="c", by="test"))
@@ -137,6 +141,7 @@ async def test_a_run_recorded_before_idle_progress_still_replays(
             await handle.result()
     history = await handle.fetch_history()
     assert patch_markers(history) == 0
+    assert patch_markers(history, versions.SETTLED) == 0
 
     result = await make_replayer().replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
