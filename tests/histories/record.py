@@ -58,9 +58,9 @@ from tests.integration.workers import WorkerProcess
 HISTORIES = Path(__file__).resolve().parent
 # Each workflow shape that runs may still be in flight keeps its own directory; a change
 # behind a new patch id records into a new one and leaves the older ones as they are.
-CURRENT_SHAPE = "v4-local-llm-calls"
+CURRENT_SHAPE = "v5-settled-patches"
 FAKE_KEY = "sk-test-fake-record-000000000000000000000000"
-SIZE_LIMIT_BYTES = 3_000_000
+SIZE_LIMIT_BYTES = 4_000_000
 
 
 def temporal_binary() -> str:
@@ -229,7 +229,7 @@ async def case_compaction(env: Env) -> list[str]:
     would pass the threshold, which then goes out on the folded history. On a worker of
     its own whose calls do not stream (the signals would be most of the file). The path
     where the provider refuses a call first replays in tests/integration/test_compaction.py
-    (the set must stay under 3 MB)."""
+    (the set must stay under 4 MB)."""
     provider = env.provider
     assert provider is not None
     settings = Settings(
@@ -391,9 +391,10 @@ async def case_pause(env: Env) -> list[str]:
 
 # The cases of CURRENT_SHAPE. A streamed conversation was recorded in v2 only: a
 # conversation does not use the git workspace, so its shape did not change; nor did its
-# calls become local (v4), so the session case stays recorded up to v3 (``case_session``
-# is kept for the next shape that changes a conversation's commands).
+# calls become local (v4), so the session case skipped v4; a settled conversation
+# (v5) asks its one patch first, so it is recorded again.
 CASES: dict[str, Case] = {
+    "session": case_session,
     "success": case_success,
     "failure": case_failure,
     "crash": case_crash,

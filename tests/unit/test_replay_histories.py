@@ -32,26 +32,30 @@ from tests.histories.record import CURRENT_SHAPE
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 # One directory per workflow shape that may still be running: the first release's, the
 # one before the workspace was kept in git, the one before LLM calls became local
-# activities, and the one recorded by the current code (tests/histories/record.py's
-# CURRENT_SHAPE).
+# activities, the one before runs were settled (versions.SETTLED), and the one recorded
+# by the current code (tests/histories/record.py's CURRENT_SHAPE).
 FIRST_RELEASE = HISTORIES / "v1-first-release"
 FEWER_ROUND_TRIPS = HISTORIES / "v2-fewer-round-trips"
 GIT_WORKSPACE = HISTORIES / "v3-git-workspace"
+LOCAL_LLM_CALLS = HISTORIES / "v4-local-llm-calls"
 CURRENT = HISTORIES / CURRENT_SHAPE
-SHAPES = (FIRST_RELEASE, FEWER_ROUND_TRIPS, GIT_WORKSPACE, CURRENT)
+SHAPES = (FIRST_RELEASE, FEWER_ROUND_TRIPS, GIT_WORKSPACE, LOCAL_LLM_CALLS, CURRENT)
 FILES = sorted(HISTORIES.glob("*/*/*.json"))
 CASES = ("success", "failure", "crash", "subagent")
 # Cases recorded only in some shapes. A conversation does not use the git workspace: its
 # streamed case stays recorded in v2 only; nor did its calls become local: the session
-# case stops at v3.
+# case skips v4 (a settled conversation, v5, asks its one patch first).
 LATER_CASES = {
     FIRST_RELEASE.name: ("session",),
     FEWER_ROUND_TRIPS.name: ("session", "pause", "approval", "streamed"),
     GIT_WORKSPACE.name: ("session", "pause", "approval", "workspace"),
-    CURRENT.name: ("pause", "approval", "workspace", "compaction"),
+    LOCAL_LLM_CALLS.name: ("pause", "approval", "workspace", "compaction"),
+    CURRENT.name: ("session", "pause", "approval", "workspace", "compaction"),
 }
-# The shapes whose plans keep the workspace in git (git-workspace-1).
-IN_GIT = (GIT_WORKSPACE, CURRENT)
+# The shapes whose plans keep the workspace in git (git-workspace-1, or settled).
+IN_GIT = (GIT_WORKSPACE, LOCAL_LLM_CALLS, CURRENT)
+# The shapes whose subtasks make their LLM calls as local activities (llm-local-1).
+LOCAL_CALLS = (LOCAL_LLM_CALLS, CURRENT)
 SUCCESS_SUBTASK = CURRENT / "success" / "hist-success__a.0.json"
 PATCH_MARKER = "core_patch"
 
@@ -87,7 +91,8 @@ def test_every_case_is_recorded_with_the_workflows_it_is_about(shape: Path) -> N
     if shape != FIRST_RELEASE:  # three calls waited; Updates decided them (tool-approval-1)
         assert _types(shape / "approval") == {"PlanWorkflow": 1, "SubtaskWorkflow": 3}
         patch_id = base64.b64encode(b'"tool-approval-1"').decode().rstrip("=")  # marker data
-        assert all(patch_id in p.read_text() for p in (shape / "approval").glob("*__*.json"))
+        asked = [patch_id in p.read_text() for p in (shape / "approval").glob("*__*.json")]
+        assert all(asked) if shape != CURRENT else not any(asked)  # settled: on, unasked
     # Continue-as-new after each of two messages: three runs of one workflow id.
     if "session" in LATER_CASES[shape.name]:
         assert sorted(p.name for p in (shape / "session").glob("*.json")) == [
@@ -117,11 +122,14 @@ def test_only_the_current_shape_makes_llm_calls_as_local_activities() -> None:
     marker each), ask no patch of their own, and a join merges locally too."""
     plans = [p for p in FILES if "__" not in p.name and not p.name.startswith("session")]
     for path in plans:
-        assert ("llm-local-1" in _patches(path)) == path.is_relative_to(CURRENT), path
+        local = any(path.is_relative_to(shape) for shape in LOCAL_CALLS)
+        assert ("llm-local-1" in _patches(path)) == local, path
     subtasks = [
         p
         for p in FILES
-        if "__" in p.name and p.is_relative_to(CURRENT) and not p.name.startswith("session__")
+        if "__" in p.name
+        and any(p.is_relative_to(shape) for shape in LOCAL_CALLS)
+        and not p.name.startswith("session__")
     ]
     assert subtasks
     for path in subtasks:
@@ -173,7 +181,10 @@ def test_only_the_current_shape_keeps_the_workspace_in_git() -> None:
     assert plans
     for path in plans:
         in_git = any(path.is_relative_to(shape) for shape in IN_GIT)
-        assert (git_patch in path.read_text() or "git-workspace-1" in _patches(path)) == in_git
+        settled = "settled-1" in _patches(path)
+        assert settled == path.is_relative_to(CURRENT), path
+        asked = git_patch in path.read_text() or "git-workspace-1" in _patches(path)
+        assert (asked or settled) == in_git, path
     case = GIT_WORKSPACE / "workspace"
     plan = _activity_types(case / "hist-workspace.0.json")
     assert plan["workspace_open"] == 1 and plan["workspace_publish"] == 1
@@ -208,7 +219,7 @@ def test_the_crash_case_holds_a_retried_llm_call(shape: Path) -> None:
         for event in events
         if "activityTaskStartedEventAttributes" in event
     ]
-    if shape == CURRENT:
+    if shape in LOCAL_CALLS:
         timed_out = [e for e in events if e["eventType"] == "EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT"]
         assert timed_out
     else:
@@ -329,3 +340,38 @@ def test_the_compaction_case_folds_before_a_call_and_sends_it_then() -> None:
     ]
     first = scheduled.index("compact_history")
     assert scheduled[first - 1 : first + 2] == ["call_llm", "compact_history", "call_llm"]
+
+
+def test_settled_runs_ask_no_patch_but_the_ones_their_worker_decides() -> None:
+    """A run of the current shape asks ``settled-1`` first (a plan, a conversation) and
+    then only what its worker decides (llm-local-1, search-attributes-1), in its first
+    task; a subtask asks nothing (``SubtaskInput.settled``). No patch is asked after a
+    local activity (tests/unit/test_replay_forced_tasks.py says why)."""
+    current = [p for p in FILES if p.is_relative_to(CURRENT)]
+    assert current
+    for path in current:
+        patches = _patches(path)
+        if "__" in path.name and not path.name.startswith("session__"):
+            assert patches == [], path
+        else:
+            assert patches[0] == "settled-1", path
+            assert set(patches[1:]) <= {"llm-local-1", "search-attributes-1"}, path
+            events = json.loads(path.read_text())["events"]
+            first_task_end = next(
+                i
+                for i, e in enumerate(events)
+                if e["eventType"] == "EVENT_TYPE_WORKFLOW_TASK_COMPLETED"
+            )
+            marker_at = [
+                i
+                for i, e in enumerate(events)
+                if e.get("markerRecordedEventAttributes", {}).get("markerName") == PATCH_MARKER
+            ]
+            local_at = [
+                i
+                for i, e in enumerate(events)
+                if e.get("markerRecordedEventAttributes", {}).get("markerName")
+                == "core_local_activity"
+            ]
+            assert all(first_task_end < i for i in marker_at), path
+            assert not local_at or max(marker_at) < min(local_at), path
