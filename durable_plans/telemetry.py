@@ -39,6 +39,8 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
+from durable_plans.core_log import core_logging
+
 if TYPE_CHECKING:
     from durable_plans.settings import Settings
 
@@ -81,12 +83,13 @@ def metrics_runtime(bind_address: str) -> Runtime:
     counters end in ``_total``, durations are seconds."""
     return Runtime(
         telemetry=TelemetryConfig(
+            logging=core_logging(),
             metrics=PrometheusConfig(
                 bind_address=bind_address,
                 counters_total_suffix=True,
                 durations_as_seconds=True,
                 histogram_bucket_overrides={k: list(v) for k, v in HISTOGRAM_BUCKETS.items()},
-            )
+            ),
         )
     )
 

@@ -31,6 +31,7 @@ from durable_plans._errors import TemporalUnreachable
 from durable_plans.activities.log import configure_logging, get_logger
 from durable_plans.client._plans import connect
 from durable_plans.connection import describe_connection
+from durable_plans.core_log import route_core_log
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.plugin import DurablePlansPlugin, client_carrying
 from durable_plans.session_store import InvalidStoreTarget, SessionStore, SessionStoreUnavailable
@@ -224,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """
     args = _parse_args(argv)
     configure_logging(json=args.log_format == "json", level=args.log_level)
+    route_core_log()  # the SDK core's warnings through the same (redacting) pipeline
     try:
         settings = Settings.from_env()
     except SettingsError as err:

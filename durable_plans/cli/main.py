@@ -690,13 +690,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 def console_main() -> None:
     """Entry point of the ``dplan`` console script and ``python -m durable_plans.cli``.
 
-    Exits with ``os._exit`` once output is flushed: the Temporal SDK's native threads can
-    abort the interpreter's normal finalization ("PyGILState_Release ... finalizing"),
-    which would turn a finished command's exit code into a crash after its report was
-    printed.
+    The SDK core's log goes to standard error (``durable_plans.core_log``): a command's
+    standard output is its own. Exits with ``os._exit`` once output is flushed: the
+    Temporal SDK's native threads can abort the interpreter's normal finalization
+    ("PyGILState_Release ... finalizing"), which would turn a finished command's exit
+    code into a crash after its report was printed.
     """
     import os
 
+    from durable_plans.core_log import route_core_log
+
+    route_core_log()
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
