@@ -13,13 +13,14 @@ import pytest
 
 import durable_plans
 from durable_plans import client as client_package
+from tests.python_source import parse
 
 INIT = Path(durable_plans.__file__)
 
 
 def _type_checking_names() -> set[str]:
     """The names the ``if TYPE_CHECKING:`` block imports (what type checkers see)."""
-    tree = ast.parse(INIT.read_text(encoding="utf-8"))
+    tree = parse(INIT.read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
             return {

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.python_source import parse
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIR = REPO_ROOT / "durable_plans"
 GENERIC = frozenset(
@@ -105,7 +107,7 @@ import durable_plans.worker
 import workflows_extra
 cmd2 = ["python", "-m", "durable_plans.worker"]
 """
-    found = [what for _, what in generic_imports(ast.parse(source))]
+    found = [what for _, what in generic_imports(parse(source))]
     assert found == [
         "import workflows",
         "import domain.ids",
@@ -121,7 +123,7 @@ def test_no_import_uses_a_bare_generic_top_level_name() -> None:
     files = list(python_files())
     assert len(files) > 50, f"the walk found too few files ({len(files)}): is it broken?"
     for path in files:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = parse(path.read_text(encoding="utf-8"), filename=str(path))
         for line, what in generic_imports(tree):
             problems.append(f"{path.relative_to(REPO_ROOT)}:{line}: {what} → use durable_plans.*")
     assert not problems, "\n".join(problems)
@@ -150,7 +152,7 @@ def test_the_top_level_names_only_point_into_the_package() -> None:
     found = _top_level_python()
     assert set(found) == set(SHIMS), f"Python code outside the package: {found}"
     for name, entry_import in SHIMS.items():
-        tree = ast.parse((REPO_ROOT / name).read_text(encoding="utf-8"))
+        tree = parse((REPO_ROOT / name).read_text(encoding="utf-8"))
         assert entry_import in ast.unparse(tree), name
         defined = [
             n for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef | ast.Assign)
@@ -171,7 +173,7 @@ def test_the_promised_folders_are_real_package_folders() -> None:
 
 
 def _imported_modules(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse(path.read_text(encoding="utf-8"))
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

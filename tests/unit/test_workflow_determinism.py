@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import durable_plans.workflows as workflows_package
+from tests.python_source import parse
 from tests.unit.test_plugin import NEVER_PASSED
 
 ROOT = Path(workflows_package.__file__).resolve().parent
@@ -55,7 +56,7 @@ def _is_mutable(value: ast.expr) -> bool:
 
 def problems(source: str, filename: str = "<source>") -> list[str]:
     """Every forbidden use in ``source``, as ``line: what``."""
-    tree = ast.parse(source, filename=filename)
+    tree = parse(source, filename=filename)
     found: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

@@ -13,6 +13,7 @@ import ast
 from pathlib import Path
 
 import durable_plans.workflows as workflows_package
+from tests.python_source import parse
 
 PACKAGE = "durable_plans.workflows"
 ROOT = Path(workflows_package.__file__).resolve().parent
@@ -30,7 +31,7 @@ def _imports(path: Path, known: set[str]) -> set[str]:
     list them, and is not what modules import each other for.
     """
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name in known)
         elif isinstance(node, ast.ImportFrom) and node.module is not None:
