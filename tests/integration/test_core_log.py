@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 SCRIPT = textwrap.dedent(
     """
-    import asyncio, logging, sys, threading
+    import asyncio, logging, os, sys, threading
     from datetime import timedelta
     from temporalio import workflow
     from temporalio.client import Client
@@ -67,6 +67,11 @@ SCRIPT = textwrap.dedent(
         print("done")
 
     asyncio.run(main())
+    # As dplan's console_main does: the SDK's native threads can crash the interpreter's
+    # finalization (a SIGSEGV after the output), so the process ends once it is flushed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
     """
 )
 
