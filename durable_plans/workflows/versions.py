@@ -134,9 +134,8 @@ def settled(ids: frozenset[str]) -> frozenset[str]:
     return ids if workflow.patched(SETTLED) else frozenset()
 
 
-def on(patch_id: str, settled: frozenset[str]) -> bool:
-    """Whether this run takes the change ``patch_id``: on, unasked, when the run is settled
-    for it; otherwise ``workflow.patched`` answers (and, live, records the marker)."""
-    if patch_id in settled:
-        return True
-    return workflow.patched(patch_id)
+def on(patch_id: str, taken: frozenset[str]) -> bool:
+    """Whether this run takes the change ``patch_id``: on, unasked, when it is among the
+    changes the run has ``taken`` (``settled``); otherwise ``workflow.patched`` answers
+    (and, live, records the marker)."""
+    return patch_id in taken or workflow.patched(patch_id)

@@ -130,8 +130,7 @@ class PlanVisibility:
     def __init__(self) -> None:
         self.enabled = False
         self._says_idle = False
-        self._settled: frozenset[str] = frozenset()  # versions.SETTLED
-        self._decided = False  # by ``decide``
+        self._settled: frozenset[str] = frozenset()  # versions.SETTLED, by ``decide``
         self._last: dict[str, Any] = {}
         self._last_at_s = 0.0
         self._paused: dict[str, str] = {}
@@ -141,7 +140,6 @@ class PlanVisibility:
         before any local activity: whether it sets search attributes (the worker's answer,
         recorded); ``start`` asks nothing then."""
         self._settled = settled
-        self._decided = True
         self.enabled = sets_search_attributes()
 
     def start(self, plan: Plan, report: PlanReport) -> None:
@@ -152,7 +150,7 @@ class PlanVisibility:
             current = {key: workflow.memo_value(key, None) for key in memo}
             if current != memo:
                 workflow.upsert_memo(memo)
-        if not self._decided:
+        if not self._settled:
             self.enabled = sets_search_attributes()
         if self.enabled:
             # Asked here, in the run's first task, not where the plan goes idle: whether
