@@ -26,7 +26,8 @@ ENV DPLAN_STATE_DIR=/var/lib/dplan \
     DPLAN_WORKSPACE=/workspace \
     PYTHONUNBUFFERED=1
 VOLUME ["/var/lib/dplan", "/workspace"]
-USER dplan
+# Numeric, so that a runtime (Kubernetes runAsNonRoot) can tell it is not root.
+USER 10001:10001
 WORKDIR /home/dplan
 
 CMD ["dplan-worker"]
