@@ -85,8 +85,6 @@ class _Tree:
     paths: list[Path]
     run_key: str | None
     modified: float
-    files: int
-    bytes: int
 
 
 @dataclass
@@ -103,8 +101,6 @@ class PlanTrees:
     files_removed: int = 0
     bytes_removed: int = 0
     trees_kept: int = 0
-    files_kept: int = 0
-    bytes_kept: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,7 +115,7 @@ class PlanTrees:
                 "files": self.files_removed,
                 "bytes": self.bytes_removed,
             },
-            "kept": {"trees": self.trees_kept, "files": self.files_kept, "bytes": self.bytes_kept},
+            "kept": {"trees": self.trees_kept},
         }
 
 
@@ -164,11 +160,7 @@ class GcReport:
                 "files": self.files_removed,
                 "bytes": self.bytes_removed,
             },
-            "kept": {
-                "trees": self.trees_kept,
-                "files": self._sum("files_kept"),
-                "bytes": self._sum("bytes_kept"),
-            },
+            "kept": {"trees": self.trees_kept},
             "plans": [p.to_json() for p in self.plans],
         }
 
@@ -190,25 +182,16 @@ def gc_interval(retention: timedelta) -> timedelta:
 # ---------------------------------------------------------------------- the files
 
 
-def _size(path: Path) -> tuple[int, int, float]:
-    """Files, bytes and the latest modification time of ``path`` (a tree's top level
-    only for the time: every call rewrites the state file, so that is enough)."""
+def _modified(path: Path) -> float:
     try:
-        st = path.lstat()
+        return path.lstat().st_mtime
     except OSError:
-        return 0, 0, 0.0
-    if not path.is_dir() or path.is_symlink():
-        return 1, st.st_size, st.st_mtime
-    files = size = 0
-    for root, dirs, names in os.walk(path):
-        for name in names + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
-            with contextlib.suppress(OSError):
-                size += os.lstat(os.path.join(root, name)).st_size
-                files += 1
-    return files, size, st.st_mtime
+        return 0.0
 
 
 def _trees(folder: Path) -> list[_Tree]:
+    """The trees of one plan's folder, with their last modification (the directory and
+    the files beside it: every call rewrites the state file, so no walk is needed)."""
     groups: dict[str, list[Path]] = {}
     for entry in sorted(folder.iterdir()):
         if entry.name.startswith("."):
@@ -217,13 +200,27 @@ def _trees(folder: Path) -> list[_Tree]:
     found: list[_Tree] = []
     for key, paths in groups.items():
         match = _RUN_KEY.match(dir_name_text(key))
-        files = size = 0
-        modified = 0.0
-        for path in paths:
-            f, b, m = _size(path)
-            files, size, modified = files + f, size + b, max(modified, m)
-        found.append(_Tree(key, paths, match.group(1) if match else None, modified, files, size))
+        modified = max(_modified(p) for p in paths)
+        found.append(_Tree(key, paths, match.group(1) if match else None, modified))
     return found
+
+
+def _measure(tree: _Tree) -> tuple[int, int]:
+    """Files and bytes of a tree about to go (walked only then: a running plan's trees
+    are never walked)."""
+    files = size = 0
+    for path in tree.paths:
+        if not path.is_dir() or path.is_symlink():
+            with contextlib.suppress(OSError):
+                size += path.lstat().st_size
+                files += 1
+            continue
+        for root, dirs, names in os.walk(path):
+            for name in names + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+                with contextlib.suppress(OSError):
+                    size += os.lstat(os.path.join(root, name)).st_size
+                    files += 1
+    return files, size
 
 
 @contextlib.contextmanager
@@ -245,12 +242,13 @@ def _tree_lock(folder: Path, key: str) -> Iterator[bool]:
         os.close(fd)  # releases the lock
 
 
-def _remove(folder: Path, tree: _Tree) -> bool:
-    """Remove the tree and its files (the lock file last, while held); False when the
-    tree is in use."""
+def _remove(folder: Path, tree: _Tree) -> tuple[int, int] | None:
+    """Remove the tree and its files (the lock file last, while held); the files and
+    bytes it held, or None when a call holds it."""
     with _tree_lock(folder, tree.key) as free:
         if not free:
-            return False
+            return None
+        freed = _measure(tree)
         lock = folder / f"{tree.key}.lock"
         for path in tree.paths:
             if path == lock:
@@ -260,7 +258,19 @@ def _remove(folder: Path, tree: _Tree) -> bool:
             else:
                 path.unlink(missing_ok=True)
         lock.unlink(missing_ok=True)
-    return True
+    return freed
+
+
+def _take(folder: Path, trees: list[_Tree], dry_run: bool) -> list[tuple[int, int] | None]:
+    """Remove ``trees`` (or only measure them, ``dry_run``); the plan's folder too once
+    it is empty (something new in it meanwhile: it stays)."""
+    if dry_run:
+        return [_measure(tree) for tree in trees]
+    freed = [_remove(folder, tree) for tree in trees]
+    if trees:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    return freed
 
 
 # ---------------------------------------------------------------------- Temporal
@@ -359,28 +369,28 @@ async def collect(
             life.why = "Temporal cannot be reached"
         row.status, row.closed_at = life.status, life.closed_at
         why_kept: dict[str, None] = {}
+        going: list[_Tree] = []
         for tree in trees:
             removable, why = _verdict(life, tree, cutoff, older_than)
-            if removable and not dry_run and not await asyncio.to_thread(_remove, folder, tree):
-                removable, why = False, "in use"
             if removable:
-                row.trees_removed += 1
-                row.files_removed += tree.files
-                row.bytes_removed += tree.bytes
+                going.append(tree)
             else:
                 row.trees_kept += 1
-                row.files_kept += tree.files
-                row.bytes_kept += tree.bytes
                 why_kept[why] = None
+        for freed in await asyncio.to_thread(_take, folder, going, dry_run):
+            if freed is None:
+                row.trees_kept += 1
+                why_kept["in use"] = None
+                continue
+            row.trees_removed += 1
+            row.files_removed += freed[0]
+            row.bytes_removed += freed[1]
         if row.trees_removed:
             row.action = "would remove" if dry_run else "removed"
         if why_kept:
             row.reason = "; ".join(why_kept)
         elif life.closed_at is not None:
             row.reason = f"closed {life.closed_at:%Y-%m-%d %H:%M:%S} UTC"
-        if row.trees_removed and not row.trees_kept and not dry_run:
-            with contextlib.suppress(OSError):  # something new in it meanwhile: it stays
-                folder.rmdir()
     return report
 
 

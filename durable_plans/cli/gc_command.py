@@ -52,10 +52,15 @@ def _print(report: GcReport) -> None:
         kept = f"; kept {row.trees_kept} trees" if row.trees_removed and row.trees_kept else ""
         why = f": {row.reason}" if row.reason else ""
         print(f"{row.plan_id}  {row.status}  {freed}{kept}{why}")
+    ended = (
+        f"ended more than {format_duration(report.older_than)} ago"
+        if report.older_than
+        else "that ended"
+    )
     print(
         f"{report.state_dir}: {verb} {report.trees_removed} trees, {report.files_removed} "
-        f"files, {render_bytes(report.bytes_removed)} of plans ended more than "
-        f"{format_duration(report.older_than)} ago; kept {report.trees_kept} trees"
+        f"files, {render_bytes(report.bytes_removed)} of plans {ended}; kept "
+        f"{report.trees_kept} trees"
     )
 
 

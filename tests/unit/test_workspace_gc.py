@@ -50,9 +50,7 @@ def test_a_tree_is_its_directory_and_the_files_named_after_it(tmp_path: Path) ->
     assert set(found) == {one, sub, _dir_name("no-run-key")}
     assert found[one].run_key == found[sub].run_key == "0123456789"
     assert found[_dir_name("no-run-key")].run_key is None
-    assert found[one].files == 4 and found[one].bytes == len("x = 1\n") + 6
-
-    assert _remove(tmp_path, found[one])
+    assert _remove(tmp_path, found[one]) == (4, len("x = 1\n") + 6)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [_dir_name("no-run-key") + s for s in ("", ".index", ".state", ".lock")]
         + [sub + s for s in ("", ".index", ".state", ".lock")]
@@ -65,9 +63,9 @@ def test_a_tree_a_call_holds_is_kept(tmp_path: Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         (tree,) = _trees(tmp_path)
-        assert not _remove(tmp_path, tree)
+        assert _remove(tmp_path, tree) is None
         assert (tmp_path / name / "src" / "a.py").exists()
     finally:
         os.close(fd)
-    assert _remove(tmp_path, tree)
+    assert _remove(tmp_path, tree) is not None
     assert list(tmp_path.iterdir()) == []
