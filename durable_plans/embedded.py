@@ -40,6 +40,7 @@ from durable_plans.domain.search_attributes import dev_server_args
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
 from durable_plans.worker import build_worker
+from durable_plans.workspace_gc import run_periodically
 
 __all__ = [
     "EmbeddedServerError",
@@ -389,9 +390,23 @@ async def run_in_process_worker(
     )
     task = asyncio.create_task(worker.run(), name="dplan-embedded-worker")
     running = RunningWorker(worker, task)
+    # The state directory's schedule runs here too: `dplan run --embedded` is the only
+    # worker many users ever start, and only it brings up the server that knows which
+    # of their plans ended (workspace_gc.py).
+    collecting = (
+        asyncio.create_task(
+            run_periodically(client, settings.state_dir, settings.tree_retention),
+            name="dplan-embedded-tree-gc",
+        )
+        if settings.tree_retention is not None
+        else None
+    )
     try:
         yield running
     finally:
+        if collecting is not None:
+            collecting.cancel()
+            await asyncio.gather(collecting, return_exceptions=True)
         if not task.done():
             await worker.shutdown()
         try:

@@ -27,6 +27,7 @@ from durable_plans.connection import (
     resolve_temporal,
 )
 from durable_plans.domain.contracts import SUBTASK_WORKFLOW
+from durable_plans.domain.durations import DurationError, parse_duration
 from durable_plans.domain.models import Budget
 from durable_plans.domain.rate_limits import RateLimit, RateLimitConfigError, parse_rate_limits
 from durable_plans.domain.streaming import STREAM_MODES, StreamMode, streams_in
@@ -36,6 +37,8 @@ from durable_plans.payload_codec import PayloadKeyError, PayloadKeyring, keyring
 from durable_plans.workflows.policies import DEFAULT_PARAMETERS, ActivityParameters
 
 SCRIPTED_MODEL = "scripted/demo"
+DEFAULT_TREE_RETENTION = timedelta(days=1)
+STATE_DIR_NAME = "durable-plans"
 
 _C = TypeVar("_C", bound=str)  # one of a setting's fixed choices
 
@@ -53,6 +56,38 @@ _DEFAULT_LLM_TIMEOUT_S = (
 
 class SettingsError(ValueError):
     """A malformed environment variable, named with what was wrong."""
+
+
+def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where a worker keeps its trees and files when ``DPLAN_STATE_DIR`` is not set: the
+    user's state directory (``$XDG_STATE_HOME/durable-plans``, else
+    ``~/.local/state/durable-plans``), not the current directory, so a worker started from
+    another folder finds (and removes) the same trees, and no checkout fills with them.
+
+    ``XDG_STATE_HOME`` is used only when absolute, as the XDG specification asks."""
+    e = os.environ if env is None else env
+    xdg = (e.get("XDG_STATE_HOME") or os.environ.get("XDG_STATE_HOME") or "").strip()
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / STATE_DIR_NAME
+    return Path.home() / ".local" / "state" / STATE_DIR_NAME
+
+
+def _default_session_store() -> str:
+    return str(default_state_dir() / "sessions.db")
+
+
+def _retention(env: Mapping[str, str]) -> timedelta | None:
+    """``DPLAN_TREE_RETENTION``: a duration (``1d``, ``12h``, ``30m``, ``0`` = at once) or
+    ``never``; unset: a day."""
+    raw = _opt(env, "DPLAN_TREE_RETENTION")
+    if raw is None:
+        return DEFAULT_TREE_RETENTION
+    if raw.lower() == "never":
+        return None
+    try:
+        return parse_duration(raw)
+    except DurationError as err:
+        raise SettingsError(f"DPLAN_TREE_RETENTION: {err}, or never") from None
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -225,9 +260,16 @@ class Settings:
     ``cache_control``; ``activities/prompt_cache.py``); ``DPLAN_PROMPT_CACHE=0`` does not."""
     api_base: str | None = None
     api_key: str | None = field(default=None, repr=False)
-    session_store: str = ".dplan/sessions.db"
+    session_store: str = field(default_factory=_default_session_store)
+    """``DPLAN_SESSION_STORE``; unset: ``sessions.db`` in the state directory."""
     workspace: Path = Path("workspace")
-    state_dir: Path = Path(".dplan")
+    state_dir: Path = field(default_factory=default_state_dir)
+    """Where the worker keeps the plans' trees, their state files, a remote's cache clone
+    and ``--embedded``'s dev server (``DPLAN_STATE_DIR``; ``default_state_dir``)."""
+    tree_retention: timedelta | None = DEFAULT_TREE_RETENTION
+    """How long a finished plan's trees stay in the state directory after it closed
+    (``DPLAN_TREE_RETENTION``); None (``never``): the worker removes none. The commits and
+    refs stay either way (``workspace_gc.py``)."""
     workspace_remote: str | None = field(default=None, repr=False)
     """A git remote every worker reaches (``DPLAN_WORKSPACE_REMOTE``: a path, ``file://``,
     ``git://``, ``https://``, ``ssh://``) holding the plans' commits; None: the workspace
@@ -327,7 +369,7 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         e = os.environ if env is None else env
         defaults = cls()
-        state_dir = Path(e.get("DPLAN_STATE_DIR", "").strip() or ".dplan")
+        state_dir = (_path(e, "DPLAN_STATE_DIR") or default_state_dir(e)).expanduser()
         temporal = _temporal(e)
         return cls(
             temporal_address=temporal.address,
@@ -348,6 +390,7 @@ class Settings:
             session_store=_opt(e, "DPLAN_SESSION_STORE") or str(state_dir / "sessions.db"),
             workspace=Path(_opt(e, "DPLAN_WORKSPACE") or "workspace"),
             state_dir=state_dir,
+            tree_retention=_retention(e),
             workspace_remote=_opt(e, "DPLAN_WORKSPACE_REMOTE"),
             workspace_branch_prefix=_branch_prefix(e),
             llm_timeout_s=_float(e, "DPLAN_LLM_TIMEOUT_S", defaults.llm_timeout_s),

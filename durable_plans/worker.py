@@ -37,6 +37,7 @@ from durable_plans.plugin import DurablePlansPlugin, client_carrying
 from durable_plans.session_store import InvalidStoreTarget, SessionStore, SessionStoreUnavailable
 from durable_plans.session_store.factory import describe_store_target, open_session_store
 from durable_plans.settings import Settings, SettingsError
+from durable_plans.workspace_gc import gc_interval, run_periodically
 
 __all__ = ["build_worker", "main", "run_worker", "safe_url"]
 
@@ -119,6 +120,22 @@ def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
             loop.remove_signal_handler(sig)
 
 
+def _start_gc(client: Client, settings: Settings) -> asyncio.Task[None] | None:
+    """The state directory's own schedule: finished plans' trees removed after
+    ``DPLAN_TREE_RETENTION`` (``workspace_gc.py``); none with ``never``."""
+    if settings.tree_retention is None:
+        return None
+    get_logger(component="worker").info(
+        "worker.tree_gc",
+        retention_s=settings.tree_retention.total_seconds(),
+        every_s=gc_interval(settings.tree_retention).total_seconds(),
+    )
+    return asyncio.create_task(
+        run_periodically(client, settings.state_dir, settings.tree_retention),
+        name="dplan-worker-tree-gc",
+    )
+
+
 async def run_worker(
     settings: Settings,
     *,
@@ -159,6 +176,12 @@ async def run_worker(
                 subagent_model=settings.effective_subagent_model,
                 api_base=safe_url(settings.api_base),
                 session_store=describe_store_target(settings.session_store),
+                state_dir=str(settings.state_dir.expanduser().absolute()),
+                tree_retention_s=(
+                    settings.tree_retention.total_seconds()
+                    if settings.tree_retention is not None
+                    else None
+                ),
                 max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
                 llm_timeout_s=settings.llm_timeout_s,
                 llm_heartbeat_s=settings.llm_heartbeat_s,
@@ -174,8 +197,13 @@ async def run_worker(
             )
             running = asyncio.create_task(worker.run(), name="dplan-worker")
             stopping = asyncio.create_task(stop.wait(), name="dplan-worker-stop")
+            collecting = _start_gc(client, settings)
             await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
             stopping.cancel()
+            if collecting is not None:
+                collecting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await collecting
             if not running.done():
                 log.info("worker.stopping", grace_period_s=grace_period.total_seconds())
                 await worker.shutdown()

@@ -7,8 +7,11 @@ are skipped, with the reason, when that server cannot be reached.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -24,6 +27,13 @@ PG_DSN_ENV = "DPLAN_TEST_PG_DSN"
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 OpenStore = Callable[[], Awaitable[SessionStore]]
+
+# The default state directory is the user's (``settings.default_state_dir``): a test that
+# does not name one, and every process it starts with this environment, writes into a
+# directory of this test process instead of the real home, removed at exit.
+_STATE_HOME = tempfile.mkdtemp(prefix="dplan-test-state-")
+os.environ["XDG_STATE_HOME"] = _STATE_HOME
+atexit.register(shutil.rmtree, _STATE_HOME, ignore_errors=True)
 
 # Hypothesis's per-example deadline is a timing assertion: on a loaded machine the same
 # example is quick once and far past any deadline the next time, which fails a correct

@@ -74,8 +74,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INIT_IDENTITY",
+    "TREES_DIR",
     "GitWorkspace",
     "TreeLease",
+    "dir_name_text",
     "tool_commit_message",
 ]
 
@@ -85,6 +87,8 @@ ZERO = "0" * 40
 INIT_IDENTITY = GitIdentity(name="dplan", email="dplan@localhost")
 """Who the first commit of an initialised directory is by."""
 CACHE_NAME = "workspace-cache.git"
+TREES_DIR = "trees"
+"""``<state dir>/trees/<plan>/<tree>``: the trees and their files (``workspace_gc.py``)."""
 # A repository being initialised is built under this name beside .git, then renamed.
 _INIT_PREFIX = ".git-dplan-init-"
 # Taken (flock) in the git directory by every process of ours that moves a ref.
@@ -138,6 +142,15 @@ def _keep_ref(plan_id: str, commit: str) -> str:
 def _dir_name(text: str) -> str:
     """``text`` as one safe path component, distinct texts giving distinct names."""
     return _NAME_UNSAFE.sub(lambda m: f"%{ord(m.group()):02X}", text) or "%"
+
+
+_ESCAPED = re.compile(r"%([0-9A-F]{2})")
+
+
+def dir_name_text(name: str) -> str:
+    """The text a tree's or a plan's directory name stands for (``_dir_name`` undone):
+    ``workspace_gc`` reads which plan a folder of ``trees/`` belongs to."""
+    return "" if name == "%" else _ESCAPED.sub(lambda m: chr(int(m.group(1), 16)), name)
 
 
 def _short(commit: str | None) -> str:

@@ -479,6 +479,35 @@ def cmd_setup(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     return setup_command()
 
 
+def _add_gc_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "gc",
+        help="remove finished plans' trees from the state directory",
+        description=(
+            "Remove the checked-out trees and their state files of plans that ended more "
+            "than DURATION ago from this host's state directory (DPLAN_STATE_DIR); commits, "
+            "refs and result branches stay. Plans Temporal reports running (paused ones "
+            "too) or does not know are kept; nothing is removed when Temporal cannot be "
+            "reached. Exit 0 done, 1 Temporal unreachable, 2 bad duration."
+        ),
+    )
+    parser.add_argument(
+        "--older-than",
+        metavar="DURATION",
+        default=None,
+        help="e.g. 1d, 12h, 30m, 0 (default: DPLAN_TREE_RETENTION, one day)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(handler=cmd_gc)
+
+
+def cmd_gc(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
+    from durable_plans.cli.gc_command import gc_command
+
+    return gc_command(older_than=args.older_than, dry_run=args.dry_run, json_output=args.json)
+
+
 def _add_schemas_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "schemas",
@@ -657,6 +686,7 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     _add_replay_parser,
     _add_list_parser,
     _add_setup_parser,
+    _add_gc_parser,
     _add_codec_server_parser,
     _add_schemas_parser,
     _add_retry_parser,

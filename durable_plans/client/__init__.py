@@ -26,11 +26,13 @@ from durable_plans.client._watch import (
     TextStreamed,
 )
 from durable_plans.domain.operations import SubtaskChanges, SubtaskEdit
+from durable_plans.workspace_gc import GcReport, PlanTrees
 
 __all__ = [
     "ApprovalWaiting",
     "Client",
     "DurablePlansError",
+    "GcReport",
     "InvalidArgument",
     "InvalidPlan",
     "PendingCall",
@@ -39,6 +41,7 @@ __all__ = [
     "PlanEvent",
     "PlanNotFound",
     "PlanSummary",
+    "PlanTrees",
     "Refused",
     "StatusUnavailable",
     "SubtaskChanged",

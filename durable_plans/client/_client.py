@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import AsyncIterator, Mapping
+from datetime import timedelta
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,7 @@ from durable_plans.domain.plan_loader import (
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
+from durable_plans.workspace_gc import GcReport, collect
 
 __all__ = ["Client", "agents_of", "load_plan"]
 
@@ -301,6 +303,25 @@ class Client:
             self._temporal, plan_id, RAISE_BUDGET_UPDATE, request, builtins.list
         )
         return resumed
+
+    # ------------------------------------------------------------------ the state directory
+
+    async def gc(self, *, older_than: timedelta | None = None, dry_run: bool = False) -> GcReport:
+        """Remove the trees (checked-out files and their state) of plans that ended more
+        than ``older_than`` ago (default ``DPLAN_TREE_RETENTION``) from this host's state
+        directory (``DPLAN_STATE_DIR``); ``dry_run`` only says what would go.
+
+        Temporal decides what ended: a running or paused plan, one Temporal does not know,
+        and everything while it cannot be reached, are kept; commits and refs always stay
+        (``durable_plans.workspace_gc``). The worker does the same on its own schedule."""
+        retention = older_than if older_than is not None else self._settings.tree_retention
+        if retention is None:
+            raise InvalidArgument(
+                "DPLAN_TREE_RETENTION is 'never': name a retention with older_than"
+            )
+        if retention < timedelta(0):
+            raise InvalidArgument("older_than must not be negative")
+        return await collect(self._temporal, self._settings.state_dir, retention, dry_run=dry_run)
 
     # ------------------------------------------------------------------ approvals
 

@@ -157,6 +157,10 @@ disabled = true
     assert started["address"] == target
     assert (started["namespace"], started["profile"]) == (PROFILE_NAMESPACE, "plans")
     assert (started["tls"], started["bearer_auth"]) == ("off", True)
+    # Where its trees live, said once (the state directory is per user by default).
+    assert started["state_dir"] == str(tmp_path / "state")
+    assert started["tree_retention_s"] == 86400
+    assert sum('"state_dir"' in line for line in log.splitlines()) == 1
     assert API_KEY not in log and API_KEY not in err.decode()
 
 

@@ -17,7 +17,8 @@ def test_defaults_are_the_offline_single_host_setup() -> None:
     assert s.temporal_namespace == "default"
     assert s.task_queue == "dplan"
     assert s.model == SCRIPTED_MODEL and s.model_is_scripted
-    assert s.session_store == str(Path(".dplan") / "sessions.db")
+    assert s.session_store == str(s.state_dir / "sessions.db")
+    assert s.state_dir.is_absolute() and s.state_dir.name == "durable-plans"
     assert s.effective_subagent_model == SCRIPTED_MODEL
 
 
