@@ -82,8 +82,7 @@ SHORT_HEARTBEAT = timedelta(seconds=5)
 # cancelling it mid-call and discarding its result, and once the worker has shut down it
 # panics (``receive half not dropped``). A timer-backed retry starts each attempt with
 # timers of its own, at the price of a workflow task and a few events per retry
-# (docs/temporal.md, "Local activity retries"). A microsecond, not zero: the SDK reads a
-# zero threshold as unset.
+# (docs/known-issues.md). A microsecond, not zero: the SDK reads zero as unset.
 LOCAL_RETRY_THRESHOLD = timedelta(microseconds=1)
 
 # The name under which a worker exposes its parameters to its workflows.

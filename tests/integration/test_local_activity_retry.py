@@ -4,8 +4,8 @@ temporalio 1.35's core, retrying a local activity inside the worker (a backoff u
 SDK's one-minute default threshold), leaves the previous attempt's start-to-close timer
 running: it fires at that attempt's start plus start-to-close and times out whichever
 attempt is running then, cancelling it and dropping its result (and, after the worker
-has shut down, panics: ``receive half not dropped``). docs/temporal.md, "Local activity
-retries", has the standalone reproduction and its outcome.
+has shut down, panics: ``receive half not dropped``). docs/known-issues.md has the
+standalone reproduction and its outcome.
 
 With our threshold a retry waits on a workflow timer and is scheduled anew, so each
 attempt has its own timers. The activity here fails its first attempt, and its second

@@ -2,9 +2,9 @@
 
 Retried inside the worker, a local activity keeps its previous attempt's start-to-close
 timer running in temporalio 1.35's core, which times out the next attempt early and,
-after the worker shuts down, panics (``policies.LOCAL_RETRY_THRESHOLD``; docs/temporal.md,
-"Local activity retries"). The threshold sends every retry through a workflow timer
-instead; a call that leaves it out would bring the SDK's one-minute default back.
+after the worker shuts down, panics (docs/known-issues.md). The threshold sends every
+retry through a workflow timer instead; a call that leaves it out would bring the SDK's
+one-minute default back.
 tests/integration/test_local_activity_retry.py runs the retry itself.
 """
 
