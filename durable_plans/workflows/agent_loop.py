@@ -487,6 +487,7 @@ class AgentLoop:
                 result_type=ToolCallOutput,
                 start_to_close_timeout=params.tool_start_to_close,
                 retry_policy=params.tool_retry,
+                local_retry_threshold=policies.LOCAL_RETRY_THRESHOLD,
             )
             return out
         # A run started before the change replays the regular activity it ran.
@@ -584,6 +585,7 @@ class AgentLoop:
             ToolErrorInput(call=at, text=text),
             result_type=ToolCallOutput,
             start_to_close_timeout=timedelta(seconds=30),
+            local_retry_threshold=policies.LOCAL_RETRY_THRESHOLD,
         )
 
     async def _spawn(self, message_id: str, index: int, ref: ToolCallRef) -> str | None:

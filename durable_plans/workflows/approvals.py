@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_plans.domain.failures import FailureType, application_error
 
+from durable_plans.workflows import policies
 from durable_plans.workflows.store_ops import STORE_OP_RETRY, STORE_OP_TIMEOUT, store_op
 
 
@@ -133,6 +134,7 @@ class ApprovalDesk:
                 ),
                 start_to_close_timeout=STORE_OP_TIMEOUT,
                 retry_policy=STORE_OP_RETRY,
+                local_retry_threshold=policies.LOCAL_RETRY_THRESHOLD,
                 summary=f"{described.tool} rejected by {decision.who}"[:200],
             )
         return decision

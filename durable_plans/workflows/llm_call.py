@@ -99,6 +99,7 @@ async def execute_local(
             result_type=result_type,
             start_to_close_timeout=start_to_close_timeout,
             retry_policy=retry_policy,
+            local_retry_threshold=policies.LOCAL_RETRY_THRESHOLD,
             summary=summary,
         )
     except ActivityError:

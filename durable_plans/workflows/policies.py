@@ -27,6 +27,7 @@ from durable_plans.domain.failures import NON_RETRYABLE_LLM_FAILURES, FailureTyp
 __all__ = [
     "DEFAULT_PARAMETERS",
     "LLM_BACKOFF_COEFFICIENT",
+    "LOCAL_RETRY_THRESHOLD",
     "NON_RETRYABLE_LLM_ERRORS",
     "NON_RETRYABLE_NOTIFY_ERRORS",
     "NON_RETRYABLE_WORKSPACE_ERRORS",
@@ -71,6 +72,18 @@ WORKSPACE_START_TO_CLOSE = timedelta(minutes=5)
 # activities, heartbeating every second; a silent one was retried elsewhere after this.
 # Kept so those histories still replay (the old path is only ever replayed).
 SHORT_HEARTBEAT = timedelta(seconds=5)
+
+# Every local activity passes this as its ``local_retry_threshold``: a retry whose backoff
+# exceeds it waits on a workflow timer and is scheduled anew, instead of being retried
+# inside the worker (the SDK's default for backoffs up to a minute). A retry inside the
+# worker keeps the previous attempt's start-to-close timer running in temporalio 1.35's
+# core (``TimeoutBag::mark_started`` replaces its handle without aborting it): that timer
+# times out the *next* attempt at the previous attempt's start plus start-to-close,
+# cancelling it mid-call and discarding its result, and once the worker has shut down it
+# panics (``receive half not dropped``). A timer-backed retry starts each attempt with
+# timers of its own, at the price of a workflow task and a few events per retry
+# (docs/known-issues.md). A microsecond, not zero: the SDK reads zero as unset.
+LOCAL_RETRY_THRESHOLD = timedelta(microseconds=1)
 
 # The name under which a worker exposes its parameters to its workflows.
 PARAMETERS_EXTERN = "durable_plans.activity_parameters"

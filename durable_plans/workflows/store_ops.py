@@ -17,6 +17,8 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
+from durable_plans.workflows import policies
+
 STORE_OP_TIMEOUT = timedelta(seconds=30)
 STORE_OP_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200),
@@ -32,4 +34,5 @@ async def store_op(activity: str, arg: Any, *, result_type: type | None = None) 
         result_type=result_type,
         start_to_close_timeout=STORE_OP_TIMEOUT,
         retry_policy=STORE_OP_RETRY,
+        local_retry_threshold=policies.LOCAL_RETRY_THRESHOLD,
     )
