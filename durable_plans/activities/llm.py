@@ -28,6 +28,7 @@ from durable_plans.activities.llm_errors import (
     classify_llm_error,
     to_application_error,
 )
+from durable_plans.activities.llm_patience import CallPatience
 from durable_plans.activities.model_choice import (
     FallbackPolicy,
     ModelChoice,
@@ -182,6 +183,7 @@ class LlmActivities:
         self._settings = settings
         self._client: LlmClient | None = None  # one per worker, made on first call
         self._limits = SharedRateLimits.from_settings(settings)  # activities/rate_limits.py
+        self._parameters = settings.activity_parameters()  # bounds of retries (llm_patience)
 
     def client(self, litellm: Any) -> LlmClient:
         """The worker's shared LLM client (routes, prices and HTTP pool kept across calls)."""
@@ -267,6 +269,19 @@ class LlmActivities:
 
     @activity.defn(name=ACT_CALL_LLM)
     async def call_llm(self, inp: LlmCallInput) -> LlmCallOutput:
+        """The answer, with the seconds its call waited on rate limits in its usage
+        (``activities/llm_patience.py``: refusals are waited out, bounded in time)."""
+        patience = CallPatience.for_this_attempt(
+            self._store, self._parameters, assistant_message_id(inp.scope, inp.turn)
+        )
+        out, waited_s = await patience.run(lambda: self._answer(inp, patience))
+        if not waited_s:
+            return out
+        return out.model_copy(
+            update={"usage": out.usage.model_copy(update={"rate_limited_s": waited_s})}
+        )
+
+    async def _answer(self, inp: LlmCallInput, patience: CallPatience) -> LlmCallOutput:
         choice = self.model_choice(inp)
         if choice.is_fallback:
             activity.logger.warning(
@@ -278,7 +293,7 @@ class LlmActivities:
             )
         while True:
             try:
-                return await self._call_model(inp, choice)
+                return await self._call_model(inp, choice, patience)
             except _NextModel as switch:
                 activity.logger.warning(
                     "%s: %s refused the request (%s); asking %s",
@@ -289,7 +304,9 @@ class LlmActivities:
                 )
                 choice = switch.choice
 
-    async def _call_model(self, inp: LlmCallInput, choice: ModelChoice) -> LlmCallOutput:
+    async def _call_model(
+        self, inp: LlmCallInput, choice: ModelChoice, patience: CallPatience
+    ) -> LlmCallOutput:
         if inp.begin is not None:
             await begin_branch(self._store, inp.begin)  # idempotent: safe on every attempt
         msg_id = assistant_message_id(inp.scope, inp.turn)
@@ -314,7 +331,9 @@ class LlmActivities:
             try:
                 async with heartbeating():
                     response = await self._limits.call(
-                        kwargs, lambda: self._complete(litellm, kwargs, msg_id, inp.agent)
+                        kwargs,
+                        lambda: self._complete(litellm, kwargs, msg_id, inp.agent),
+                        paced=patience.paced,
                     )
             except Exception as exc:
                 verdict = classify_llm_error(exc)
