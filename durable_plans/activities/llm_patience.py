@@ -19,9 +19,12 @@ at once. Temporal's own attempt count is only a backstop (``ActivityParameters.
 llm_call_retry``).
 
 The refusals of a call are kept in the session store (``SessionStore.record_wait``: one
-row per refused attempt, idempotent), under the call's message id and the time Temporal
-first scheduled it, which every attempt of one activity shares (a local activity run again
-from its first attempt, after its worker died, starts a tally of its own).
+row per refused attempt, by its number and start time), under the call's message id,
+which every attempt of the call shares, however it is run again: a local activity's
+attempt after a wait past ``local_retry_threshold`` (which Temporal schedules anew, with
+a new schedule time), a local activity run again from attempt 1 after its worker died, a
+turn asked again after its history was compacted. A retried subtask (``dplan retry``)
+has a scope, hence message ids, of its own.
 
 Why this is exact in the report (``Usage.rate_limited_s``): the answer carries the sum
 of the waits its call's refusals asked for (and the time this attempt was paced by
@@ -86,8 +89,9 @@ class CallPatience:
 
     store: SessionStore
     params: ActivityParameters
-    call_id: str  # the call's message id and its first schedule time
+    call_id: str  # the call's message id: the same for every attempt of every run of it
     attempt: int
+    entry: str  # this attempt's row: its number and start time
     paced_s: float = 0.0  # this attempt's waits for the worker's own limits
 
     @classmethod
@@ -95,8 +99,8 @@ class CallPatience:
         cls, store: SessionStore, params: ActivityParameters, message_id: str
     ) -> CallPatience:
         info = activity.info()
-        first = int(info.scheduled_time.timestamp() * 1_000_000)
-        return cls(store, params, f"{message_id}@{first}", info.attempt)
+        started = int(info.started_time.timestamp() * 1_000_000)
+        return cls(store, params, message_id, info.attempt, f"attempt-{info.attempt}@{started}")
 
     def paced(self, seconds: float) -> None:
         """``DPLAN_RATE_LIMITS`` held this attempt back ``seconds`` before its request."""
@@ -125,9 +129,9 @@ class CallPatience:
         return result, round(await self._waited_before() + self.paced_s, 3)
 
     async def _waited_before(self) -> float:
-        """The waits earlier attempts of this call asked for (none on the first)."""
-        if self.attempt <= 1:
-            return 0.0
+        """The waits earlier attempts of this call asked for: read even at a first
+        attempt, which may follow the refusals of a run of this call that was lost with
+        its worker (a local activity starts again from attempt 1)."""
         return (await self.store.waits(self.call_id)).waited_s
 
     async def _refused(self, err: ApplicationError) -> ApplicationError:
@@ -135,7 +139,7 @@ class CallPatience:
         delay = self.params.rate_limit_delay(retry_after, self.attempt)
         wait_s = delay.total_seconds()
         tally = await self.store.record_wait(
-            self.call_id, f"attempt-{self.attempt}", round(wait_s + self.paced_s, 3)
+            self.call_id, self.entry, round(wait_s + self.paced_s, 3)
         )
         waited = tally.waited_s - wait_s  # what the call did wait, before this refusal
         patience = self.params.llm_rate_limit_patience.total_seconds()
@@ -174,7 +178,7 @@ class CallPatience:
             )
 
     async def _tally(self) -> WaitTally:
-        return await self.store.waits(self.call_id) if self.attempt > 1 else WaitTally()
+        return await self.store.waits(self.call_id)
 
 
 def _final(err: BaseException, kind: str) -> ApplicationError:

@@ -17,14 +17,17 @@ real limit (so they still meet its 429s).
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client
 
+from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import Plan, PlanStatus, Subtask
 from durable_plans.testing import FakeProvider, refused_count
-from tests.integration.plans import by_id, run_plan
+from tests.integration.conftest import TimeSkipping, provider_settings, running_worker
+from tests.integration.plans import by_id, make_plan, run_plan
 from tests.integration.workers import WorkerProcess, new_workspace, worker_env
 
 PROVIDER_RPS = 2.0  # the provider's limit (and its burst: a second's worth)
@@ -92,3 +95,55 @@ async def test_two_workers_wait_out_a_rate_limited_provider(
     assert report.usage.rate_limited_s == round(
         sum(row.usage.rate_limited_s for row in report.subtasks), 3
     )
+
+
+# --------------------------------------------------------------------------- long waits
+
+
+async def test_a_local_call_waits_out_a_retry_after_longer_than_the_local_retry_threshold(
+    time_skipping: TimeSkipping, tmp_path: Path
+) -> None:
+    """A local activity's wait past the SDK's ``local_retry_threshold`` (a minute) is a
+    timer in the subtask's workflow, and the attempt after it is the same call: its
+    first schedule time is kept, so the report counts the 90 s asked for. On the
+    time-skipping server: the 90 s cost no wall time."""
+    client = await time_skipping.client()
+    async with FakeProvider(latency_ms=0) as provider:
+        settings = provider_settings(client, provider, tmp_path, llm_local=True)
+        plan = make_plan([("slow", "Look around [flaky:429x1:retry-after=90]", [])])
+        async with running_worker(client, settings):
+            report, failure = await run_plan(client, plan, settings.task_queue)
+        assert failure is None and report.status is PlanStatus.COMPLETED
+        assert by_id(report)["slow"].usage.rate_limited_s == 90.0
+        assert report.usage.rate_limited_s == 90.0
+        assert [r.status for r in provider.requests][:2] == [429, 200]
+        history = await client.get_workflow_handle(
+            subtask_workflow_id(plan.id, "slow")
+        ).fetch_history()
+    timers = [e for e in history.events if e.HasField("timer_started_event_attributes")]
+    assert [
+        t.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta() for t in timers
+    ] == [timedelta(seconds=90)]
+    assert not any(e.HasField("activity_task_scheduled_event_attributes") for e in history.events)
+
+
+async def test_a_call_refused_past_its_patience_fails_its_subtask_in_one_sentence(
+    time_skipping: TimeSkipping, tmp_path: Path
+) -> None:
+    client = await time_skipping.client()
+    async with FakeProvider(latency_ms=0) as provider:
+        settings = provider_settings(
+            client, provider, tmp_path, llm_local=True, rate_limit_patience_s=200.0
+        )
+        plan = make_plan([("refused", "Look around [fail:429:retry-after=90]", [])])
+        async with running_worker(client, settings):
+            report, failure = await run_plan(client, plan, settings.task_queue)
+    assert failure is not None and report.status is PlanStatus.FAILED
+    error = by_id(report)["refused"].error
+    assert error is not None and error.type == "RateLimit"
+    # Refused before waits of 0, 90 and 180 s: retried; before 270 s, past 200: given up.
+    assert error.message == (
+        "rate limited for 4m 30s by the provider (4 refusals); "
+        "gave up after DPLAN_RATE_LIMIT_PATIENCE=3m 20s"
+    )
+    assert [r.status for r in provider.requests] == [429] * 4

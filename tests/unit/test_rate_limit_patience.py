@@ -54,11 +54,13 @@ class Call:
         )
         return self
 
-    async def attempt(self, n: int) -> LlmCallOutput:
+    async def attempt(self, n: int, *, run: int = 0) -> LlmCallOutput:
         acts = LlmActivities(self.store, self.settings)
         env = ActivityEnvironment()
+        # Attempt n's start; a later ``run`` of the call starts its attempts anew.
+        started = FIRST_SCHEDULED + timedelta(seconds=10 * n, hours=run)
         env.info = dataclasses.replace(
-            env.info, attempt=n, scheduled_time=FIRST_SCHEDULED, is_local=True
+            env.info, attempt=n, scheduled_time=FIRST_SCHEDULED, started_time=started
         )
         inp = LlmCallInput(session_id=self.session, agent="ask", scope=self.session, turn=0)
         try:
@@ -67,9 +69,9 @@ class Call:
         finally:
             await acts.aclose()
 
-    async def refused(self, n: int) -> ApplicationError:
+    async def refused(self, n: int, *, run: int = 0) -> ApplicationError:
         with pytest.raises(ApplicationError) as caught:
-            await self.attempt(n)
+            await self.attempt(n, run=run)
         return caught.value
 
 
@@ -128,6 +130,20 @@ async def test_the_answer_reports_the_waits_its_refusals_asked_for(store: Sessio
     assert out.usage.prompt_tokens > 0  # the answer's own usage is kept
 
 
+async def test_a_call_run_again_from_its_first_attempt_keeps_its_waits(
+    store: SessionStore,
+) -> None:
+    """A local activity whose worker died runs again from attempt 1 elsewhere: the
+    refusals of its first run still count, for the patience and in the report."""
+    async with FakeProvider() as p:
+        call = await Call(store, p).start("Look around [flaky:429x3:retry-after=2]")
+        await call.refused(1)
+        await call.refused(2)
+        await call.refused(1, run=1)
+        out = await call.attempt(2, run=1)
+    assert out.usage.rate_limited_s == 6.0
+
+
 async def test_an_answer_at_the_first_attempt_waited_nothing(store: SessionStore) -> None:
     async with FakeProvider() as p:
         out = await (await Call(store, p).start("Look around")).attempt(1)
@@ -163,8 +179,7 @@ async def test_attempts_lost_without_an_error_count_against_the_bound(
 
 
 def _call_id(call: Call) -> str:
-    message = assistant_message_id(call.session, 0)
-    return f"{message}@{int(FIRST_SCHEDULED.timestamp() * 1_000_000)}"
+    return assistant_message_id(call.session, 0)
 
 
 def test_temporals_attempt_limit_is_a_backstop_past_both_bounds() -> None:
