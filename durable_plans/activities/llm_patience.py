@@ -44,34 +44,20 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from durable_plans.domain.failures import FailureType
+from durable_plans.domain.rate_limits import format_duration
 from durable_plans.session_store import SessionStore, WaitTally
 from durable_plans.workflows.policies import ActivityParameters
 
-__all__ = ["PATIENCE_SETTING", "CallPatience", "format_duration", "gave_up_sentence"]
+__all__ = ["PATIENCE_SETTING", "CallPatience", "gave_up_sentence"]
 
 T = TypeVar("T")
 
 PATIENCE_SETTING = "DPLAN_RATE_LIMIT_PATIENCE"
 # The message of a refusal by the worker's own limits (``rate_limits.LimitWaitTooLong``).
 _LIMITER_PREFIX = "rate limits ("
-
-
-def format_duration(seconds: float) -> str:
-    """``45s``, ``10m 3s``, ``1h 2m``, ``0.4s``: how long, at a glance."""
-    if seconds < 10:
-        return f"{round(seconds, 1):g}s"
-    whole = round(seconds)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [f"{hours}h"] if hours else []
-    if minutes:
-        parts.append(f"{minutes}m")
-    if secs and not hours:
-        parts.append(f"{secs}s")
-    return " ".join(parts) or "0s"
 
 
 def gave_up_sentence(waited_s: float, refusals: int, patience_s: float, *, by: str) -> str:
@@ -150,8 +136,13 @@ class CallPatience:
                 type=FailureType.RATE_LIMIT.value,
                 non_retryable=True,
             )
+        # Benign: the SDK logs it at DEBUG and leaves it out of its failure metrics (a
+        # refusal waited out is no failure; ``dplan_llm_requests_total`` still counts it).
         return ApplicationError(
-            err.message, type=FailureType.RATE_LIMIT.value, next_retry_delay=delay
+            err.message,
+            type=FailureType.RATE_LIMIT.value,
+            next_retry_delay=delay,
+            category=ApplicationErrorCategory.BENIGN,
         )
 
     async def _spent(self) -> bool:

@@ -12,14 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.testing import ActivityEnvironment
 
 from durable_plans.activities.llm import LlmActivities
-from durable_plans.activities.llm_patience import format_duration, gave_up_sentence
+from durable_plans.activities.llm_patience import gave_up_sentence
 from durable_plans.domain.contracts import LlmCallInput, LlmCallOutput
 from durable_plans.domain.ids import assistant_message_id
 from durable_plans.domain.models import Message, SessionMeta, Usage
+from durable_plans.domain.rate_limits import format_duration
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings, SettingsError
@@ -81,6 +82,7 @@ async def test_a_retry_after_is_the_next_attempts_delay(store: SessionStore) -> 
         err = await call.refused(1)
     assert err.type == "RateLimit" and not err.non_retryable
     assert err.next_retry_delay == timedelta(seconds=3)
+    assert err.category is ApplicationErrorCategory.BENIGN  # logged at DEBUG by the SDK
     assert [r.status for r in p.requests] == [429]
 
 
@@ -227,3 +229,20 @@ def test_a_bad_patience_is_refused(value: str) -> None:
 def test_usage_adds_its_waits() -> None:
     total = Usage(rate_limited_s=1.25) + Usage(rate_limited_s=2.5)
     assert total.rate_limited_s == 3.75
+
+
+def test_the_printed_report_says_how_long_its_calls_waited() -> None:
+    from durable_plans.cli.progress import render_report
+    from durable_plans.domain.models import PlanReport, SubtaskResult, SubtaskStatus
+
+    row = SubtaskResult(
+        id="a",
+        status=SubtaskStatus.COMPLETED,
+        agent="ask",
+        result="done",
+        usage=Usage(prompt_tokens=10, completion_tokens=2, rate_limited_s=603.0),
+    )
+    waited = PlanReport.build("p", [row])
+    assert "waited 10m 3s on rate limits" in render_report(waited)
+    calm = PlanReport.build("p", [row.model_copy(update={"usage": Usage(prompt_tokens=10)})])
+    assert "rate limits" not in render_report(calm)
