@@ -16,7 +16,7 @@ counting only attempts that were not refused: the activity fails non-retryable o
 ``attempt - refusals`` reaches it, and an attempt that starts after that many attempts
 were lost without an error of ours (a worker that died, a timeout Temporal decided) fails
 at once. Temporal's own attempt count is only a backstop (``ActivityParameters.
-llm_call_retry``).
+llm_retry``).
 
 The refusals of a call are kept in the session store (``SessionStore.record_wait``: one
 row per refused attempt, by its number and start time), under the call's message id,

@@ -251,7 +251,7 @@ class AgentLoop:
                 result_type=LlmCallOutput,
                 start_to_close_timeout=params.llm_start_to_close,
                 heartbeat_timeout=params.llm_heartbeat,
-                retry_policy=params.llm_call_retry,
+                retry_policy=params.llm_retry,
             )
             self.usage = self.usage + out.usage
             self._answered_by(out)

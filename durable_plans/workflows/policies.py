@@ -169,19 +169,8 @@ class ActivityParameters:
 
     @property
     def llm_retry(self) -> RetryPolicy:
-        """Retries of the side requests of a call (a delegation, a compaction's summary):
-        ``llm_max_attempts`` attempts, whatever failed."""
-        return RetryPolicy(
-            initial_interval=self.llm_initial_backoff,
-            backoff_coefficient=LLM_BACKOFF_COEFFICIENT,
-            maximum_interval=self.llm_max_backoff,
-            maximum_attempts=self.llm_max_attempts,
-            non_retryable_error_types=list(NON_RETRYABLE_LLM_ERRORS),
-        )
-
-    @property
-    def llm_call_retry(self) -> RetryPolicy:
-        """Retries of an agent's LLM call (``call_llm``). The activity decides when to stop
+        """Retries of an LLM activity (an agent's call, a delegation, a compaction's
+        summary). The activity decides when to stop
         (``activities/llm_patience.py``): a rate limit once its call waited
         ``llm_rate_limit_patience``, anything else after ``llm_max_attempts`` attempts
         that were not refused, by failing non-retryable; a refusal names its own wait

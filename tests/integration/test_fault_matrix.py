@@ -527,8 +527,7 @@ async def test_connection_refused_is_retried_as_connection_until_cancelled(
             # the patience allows (the activity stops a connection error at 6).
             assert policies.DEFAULT_PARAMETERS.llm_max_attempts == 6
             assert (
-                pending.maximum_attempts
-                == policies.DEFAULT_PARAMETERS.llm_call_retry.maximum_attempts
+                pending.maximum_attempts == policies.DEFAULT_PARAMETERS.llm_retry.maximum_attempts
             )
             last = pending.last_failure.application_failure_info
             assert last.type == "Connection" and not last.non_retryable
