@@ -103,6 +103,32 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def _duration_s(env: Mapping[str, str], name: str, default: float) -> float:
+    """Seconds, from a number of seconds (``600``) or a duration (``10m``, ``1h30m``,
+    ``90s``); positive."""
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    text = raw.strip().lower()
+    found = _DURATION.match(text)
+    if found is not None and any(found.groups()):
+        hours, minutes, seconds = (float(g) if g else 0.0 for g in found.groups())
+        value = hours * 3600 + minutes * 60 + seconds
+    else:
+        try:
+            value = float(text)
+        except ValueError:
+            raise SettingsError(
+                f"{name} must be seconds or a duration such as 10m, 1h30m or 90s, got {raw!r}"
+            ) from None
+    if not value > 0 or value == float("inf"):
+        raise SettingsError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
@@ -281,6 +307,12 @@ class Settings:
     ``LLM_ACTIVITY_MARGIN_S`` as its start-to-close timeout."""
     llm_heartbeat_s: float = DEFAULT_PARAMETERS.llm_heartbeat.total_seconds()
     llm_max_attempts: int = DEFAULT_PARAMETERS.llm_max_attempts
+    """Attempts of an LLM call on retryable errors other than rate limits
+    (``DPLAN_LLM_MAX_ATTEMPTS``); rate limits are bounded by ``rate_limit_patience_s``."""
+    rate_limit_patience_s: float = DEFAULT_PARAMETERS.llm_rate_limit_patience.total_seconds()
+    """How long one LLM call waits out a provider's rate limits, summing the waits its
+    refusals asked for (``DPLAN_RATE_LIMIT_PATIENCE``: seconds or ``10m``, ``1h``...),
+    before it fails (``activities/llm_patience.py``)."""
     llm_lean: bool = True
     """OpenAI-compatible calls use litellm's provider transforms without its per-call
     machinery (activities/llm_client.py); ``DPLAN_LLM_LEAN=0`` sends every call through
@@ -354,6 +386,7 @@ class Settings:
             llm_start_to_close=timedelta(seconds=self.llm_timeout_s + LLM_ACTIVITY_MARGIN_S),
             llm_heartbeat=timedelta(seconds=self.llm_heartbeat_s),
             llm_max_attempts=self.llm_max_attempts,
+            llm_rate_limit_patience=timedelta(seconds=self.rate_limit_patience_s),
             tool_start_to_close=timedelta(seconds=self.tool_timeout_s),
             tool_max_attempts=self.tool_max_attempts,
             notify_deliver_for=timedelta(seconds=self.notify_deliver_for_s),
@@ -396,6 +429,9 @@ class Settings:
             llm_timeout_s=_float(e, "DPLAN_LLM_TIMEOUT_S", defaults.llm_timeout_s),
             llm_heartbeat_s=_heartbeat(e, defaults.llm_heartbeat_s),
             llm_max_attempts=_int(e, "DPLAN_LLM_MAX_ATTEMPTS", defaults.llm_max_attempts),
+            rate_limit_patience_s=_duration_s(
+                e, "DPLAN_RATE_LIMIT_PATIENCE", defaults.rate_limit_patience_s
+            ),
             llm_lean=_flag(e, "DPLAN_LLM_LEAN", default=True),
             llm_local=_flag(e, "DPLAN_LLM_LOCAL", default=True),
             stream=_choice(e, "DPLAN_STREAM", STREAM_MODES),

@@ -186,6 +186,7 @@ async def run_worker(
                 llm_timeout_s=settings.llm_timeout_s,
                 llm_heartbeat_s=settings.llm_heartbeat_s,
                 llm_max_attempts=settings.llm_max_attempts,
+                rate_limit_patience_s=settings.rate_limit_patience_s,
                 tool_timeout_s=settings.tool_timeout_s,
                 tool_max_attempts=settings.tool_max_attempts,
                 llm_lean=settings.llm_lean,

@@ -27,8 +27,10 @@ from durable_plans.activities.llm import (
     import_litellm,
     message_from_response,
     usage_of,
+    waited,
 )
 from durable_plans.activities.llm_errors import classify_llm_error, to_application_error
+from durable_plans.activities.llm_patience import CallPatience
 from durable_plans.activities.spend import paid_for, record_paid
 from durable_plans.domain.compaction import (
     ACT_COMPACT_HISTORY,
@@ -91,11 +93,18 @@ class CompactionActivities:
 
     @activity.defn(name=ACT_COMPACT_HISTORY)
     async def compact_history(self, inp: CompactInput) -> CompactOutput:
-        async with heartbeating():
-            return await self._compact(inp)
-
-    async def _compact(self, inp: CompactInput) -> CompactOutput:
+        """The fold; its summary request's rate limits are waited out as an agent's
+        call's are (``llm_patience``), the wait in its usage."""
         record_id = compaction_record_id(inp.scope, inp.turn, inp.index)
+        async with heartbeating():
+            out, waited_s = await self._llm.patiently(
+                record_id, lambda patience: self._compact(inp, record_id, patience)
+            )
+        return out.model_copy(update={"usage": waited(out.usage, waited_s)}) if waited_s else out
+
+    async def _compact(
+        self, inp: CompactInput, record_id: str, patience: CallPatience
+    ) -> CompactOutput:
         history = await self._store.read(inp.session_id)
         for m in history:
             if m.id == record_id and m.compaction is not None:
@@ -135,7 +144,7 @@ class CompactionActivities:
         with observe.llm_request(summarizer, COMPACTION_AGENT, call_id=record_id) as request:
             try:
                 response = await self._llm.side_request(
-                    summarizer, summary_request(text), max_tokens=answer_tokens
+                    summarizer, summary_request(text), max_tokens=answer_tokens, patience=patience
                 )
             except Exception as exc:
                 raise to_application_error(classify_llm_error(exc)) from None

@@ -18,8 +18,10 @@ from durable_plans.activities.llm import (
     import_litellm,
     message_from_response,
     usage_of,
+    waited,
 )
 from durable_plans.activities.llm_errors import classify_llm_error, to_application_error
+from durable_plans.activities.llm_patience import CallPatience
 from durable_plans.activities.orchestration_tools import ORCHESTRATION_REGISTRY, DelegateArgs
 from durable_plans.activities.spend import paid_for, record_paid
 from durable_plans.activities.tool_calls import SUMMARY_CHARS
@@ -65,11 +67,17 @@ class DelegationActivities:
 
     @activity.defn(name=ACT_DELEGATE)
     async def delegate(self, inp: DelegateInput) -> DelegateOutput:
+        """The helper's answer as a tool result; its request's rate limits are waited
+        out as an agent's call's are (``llm_patience``), the wait in its usage."""
+        call_id = delegation_charge_id(inp.scope, inp.turn, inp.call_index)
         with observe.tool_span():
             async with heartbeating():
-                return await self._delegate(inp)
+                out, waited_s = await self._llm.patiently(
+                    call_id, lambda patience: self._delegate(inp, patience)
+                )
+        return out.model_copy(update={"usage": waited(out.usage, waited_s)}) if waited_s else out
 
-    async def _delegate(self, inp: DelegateInput) -> DelegateOutput:
+    async def _delegate(self, inp: DelegateInput, patience: CallPatience) -> DelegateOutput:
         history = await self._store.read(inp.session_id)
         own_id = tool_message_id(inp.scope, inp.turn, inp.call_index)
         charge_id = delegation_charge_id(inp.scope, inp.turn, inp.call_index)
@@ -102,7 +110,9 @@ class DelegationActivities:
             model = self._llm.side_model().model  # a fallback once its errors persist
             with observe.llm_request(model, DELEGATE_AGENT, call_id=charge_id) as request:
                 try:
-                    response = await self._llm.side_request(model, delegation_messages(parsed))
+                    response = await self._llm.side_request(
+                        model, delegation_messages(parsed), patience=patience
+                    )
                 except Exception as exc:
                     classified = classify_llm_error(exc)
                     if classified.retryable:

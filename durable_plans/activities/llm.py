@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import activity
 
@@ -28,6 +29,7 @@ from durable_plans.activities.llm_errors import (
     classify_llm_error,
     to_application_error,
 )
+from durable_plans.activities.llm_patience import CallPatience
 from durable_plans.activities.model_choice import (
     FallbackPolicy,
     ModelChoice,
@@ -51,6 +53,8 @@ from durable_plans.domain.tool_ids import assign_tool_call_ids
 from durable_plans.domain.tools_config import ToolSchema
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
+
+T = TypeVar("T")
 
 
 def import_litellm() -> Any:
@@ -145,6 +149,11 @@ def _invalid(text: str) -> Exception:
     )
 
 
+def waited(usage: Usage, seconds: float) -> Usage:
+    """``usage`` of a call that waited ``seconds`` on rate limits (``llm_patience``)."""
+    return usage.model_copy(update={"rate_limited_s": seconds})
+
+
 def usage_of(litellm: Any, response: Any) -> Usage:
     raw = getattr(response, "usage", None)
     prompt = int(getattr(raw, "prompt_tokens", 0) or 0)
@@ -182,6 +191,7 @@ class LlmActivities:
         self._settings = settings
         self._client: LlmClient | None = None  # one per worker, made on first call
         self._limits = SharedRateLimits.from_settings(settings)  # activities/rate_limits.py
+        self._parameters = settings.activity_parameters()  # bounds of retries (llm_patience)
 
     def client(self, litellm: Any) -> LlmClient:
         """The worker's shared LLM client (routes, prices and HTTP pool kept across calls)."""
@@ -247,15 +257,30 @@ class LlmActivities:
         return self._choice(model_chain(s.effective_subagent_model, s.fallback_models))
 
     async def side_request(
-        self, model: str, messages: list[dict[str, Any]], *, max_tokens: int | None = None
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
+        patience: CallPatience | None = None,
     ) -> Any:
         """A one-off request, on the path every agent call takes: the worker's client (its
-        connections, routes and prices) and the limits every worker shares."""
+        connections, routes and prices) and the limits every worker shares, their pacing
+        told to ``patience``."""
         kwargs = self._plain_kwargs(model, messages)
         if max_tokens is not None:
             kwargs["max_tokens"] = max_tokens
         client = self.client(import_litellm())
-        return await self._limits.call(kwargs, lambda: client.acompletion(**kwargs))
+        paced = patience.paced if patience is not None else None
+        return await self._limits.call(kwargs, lambda: client.acompletion(**kwargs), paced=paced)
+
+    async def patiently(
+        self, call_id: str, attempt: Callable[[CallPatience], Awaitable[T]]
+    ) -> tuple[T, float]:
+        """``attempt``'s result and the seconds the call ``call_id`` waited on rate limits,
+        its refusals waited out for the worker's patience (``llm_patience``)."""
+        patience = CallPatience.for_this_attempt(self._store, self._parameters, call_id)
+        return await patience.run(lambda: attempt(patience))
 
     def _choice(self, chain: tuple[str, ...]) -> ModelChoice:
         s = self._settings
@@ -267,6 +292,13 @@ class LlmActivities:
 
     @activity.defn(name=ACT_CALL_LLM)
     async def call_llm(self, inp: LlmCallInput) -> LlmCallOutput:
+        """The answer, with the seconds its call waited on rate limits in its usage
+        (``activities/llm_patience.py``: refusals are waited out, bounded in time)."""
+        call_id = assistant_message_id(inp.scope, inp.turn)
+        out, waited_s = await self.patiently(call_id, lambda p: self._answer(inp, p))
+        return out.model_copy(update={"usage": waited(out.usage, waited_s)}) if waited_s else out
+
+    async def _answer(self, inp: LlmCallInput, patience: CallPatience) -> LlmCallOutput:
         choice = self.model_choice(inp)
         if choice.is_fallback:
             activity.logger.warning(
@@ -278,7 +310,7 @@ class LlmActivities:
             )
         while True:
             try:
-                return await self._call_model(inp, choice)
+                return await self._call_model(inp, choice, patience)
             except _NextModel as switch:
                 activity.logger.warning(
                     "%s: %s refused the request (%s); asking %s",
@@ -289,7 +321,9 @@ class LlmActivities:
                 )
                 choice = switch.choice
 
-    async def _call_model(self, inp: LlmCallInput, choice: ModelChoice) -> LlmCallOutput:
+    async def _call_model(
+        self, inp: LlmCallInput, choice: ModelChoice, patience: CallPatience
+    ) -> LlmCallOutput:
         if inp.begin is not None:
             await begin_branch(self._store, inp.begin)  # idempotent: safe on every attempt
         msg_id = assistant_message_id(inp.scope, inp.turn)
@@ -314,7 +348,9 @@ class LlmActivities:
             try:
                 async with heartbeating():
                     response = await self._limits.call(
-                        kwargs, lambda: self._complete(litellm, kwargs, msg_id, inp.agent)
+                        kwargs,
+                        lambda: self._complete(litellm, kwargs, msg_id, inp.agent),
+                        paced=patience.paced,
                     )
             except Exception as exc:
                 verdict = classify_llm_error(exc)

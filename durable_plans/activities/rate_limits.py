@@ -130,8 +130,15 @@ class SharedRateLimits:
         """Whether the last operations used the shared store (False: pacing alone)."""
         return self._down_since is None
 
-    async def call(self, kwargs: Mapping[str, Any], send: Callable[[], Awaitable[T]]) -> T:
-        """``send()`` once the limits of ``kwargs["model"]`` allow it; see the module doc."""
+    async def call(
+        self,
+        kwargs: Mapping[str, Any],
+        send: Callable[[], Awaitable[T]],
+        *,
+        paced: Callable[[float], None] | None = None,
+    ) -> T:
+        """``send()`` once the limits of ``kwargs["model"]`` allow it; see the module doc.
+        ``paced`` hears of every wait before the request (the report counts them)."""
         model = str(kwargs.get("model") or "")
         limit = None if model.startswith("scripted/") else limit_for(self.limits, model)
         if limit is None:
@@ -139,7 +146,7 @@ class SharedRateLimits:
         key = bucket_key(model, kwargs.get("api_base"), kwargs.get("api_key"))
         raw = estimate_tokens(kwargs)
         tokens = max(1, round(raw * self._calibration.get(key, 1.0)))
-        await self._acquire(key, limit, tokens, float(kwargs.get("timeout") or 0.0))
+        await self._acquire(key, limit, tokens, float(kwargs.get("timeout") or 0.0), paced)
         try:
             response = await send()
         except Exception as exc:
@@ -175,7 +182,14 @@ class SharedRateLimits:
 
     # ----------------------------------------------------------------- internals
 
-    async def _acquire(self, key: str, limit: RateLimit, tokens: int, timeout_s: float) -> None:
+    async def _acquire(
+        self,
+        key: str,
+        limit: RateLimit,
+        tokens: int,
+        timeout_s: float,
+        paced: Callable[[float], None] | None = None,
+    ) -> None:
         for _ in range(MAX_REPEATS):
             answer: Reservation = await self._use(
                 partial(
@@ -187,6 +201,8 @@ class SharedRateLimits:
             if answer.wait_s <= 0:
                 return
             await asyncio.sleep(answer.wait_s)
+            if paced is not None:
+                paced(answer.wait_s)
             # A 429 met by anyone while this one waited: take a new slot after its
             # Retry-After rather than all waiters going at once when it ends.
             if await self._use(lambda s: s.blocked_for(key)) <= 0:

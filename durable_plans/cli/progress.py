@@ -27,6 +27,7 @@ from rich.text import Text
 from durable_plans.cli.workspace_lines import short_commit, workspace_line
 from durable_plans.client._live import PlanWatch, SubtaskNow
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, SubtaskResult, SubtaskStatus
+from durable_plans.domain.rate_limits import format_duration
 
 __all__ = [
     "StatusFn",
@@ -379,7 +380,12 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
     cached = f" ({u.cached_tokens:,} cached)" if u.cached_tokens else ""
     usage = Text(
         f"usage: {u.prompt_tokens:,} prompt{cached} + {u.completion_tokens:,} completion tokens"
-        f" = {u.total_tokens:,} · ${u.cost_usd:.4f}",
+        f" = {u.total_tokens:,} · ${u.cost_usd:.4f}"
+        + (
+            f" · waited {format_duration(u.rate_limited_s)} on rate limits"
+            if u.rate_limited_s
+            else ""
+        ),
         style="dim",
     )
     parts: list[RenderableType] = [headline, table, totals, usage]

@@ -36,6 +36,15 @@ class Usage(_Frozen):
     # lower cached-input price). Already counted in ``prompt_tokens``, so never added to
     # the total again; 0 for providers that do not say (and for usage recorded before).
     cached_tokens: NonNegativeInt = 0
+    # What the calls cost in time rather than tokens or money (``activities/llm_patience.py``).
+    rate_limited_s: NonNegativeFloat = Field(
+        default=0.0,
+        description=(
+            "Seconds the LLM calls waited on rate limits: the waits their providers' "
+            "refusals (429, Retry-After) asked for and the pacing of DPLAN_RATE_LIMITS, "
+            "as the calls that answered reported them."
+        ),
+    )
 
     @property
     def total_tokens(self) -> int:
@@ -47,6 +56,7 @@ class Usage(_Frozen):
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cost_usd=round(self.cost_usd + other.cost_usd, 10),
             cached_tokens=self.cached_tokens + other.cached_tokens,
+            rate_limited_s=round(self.rate_limited_s + other.rate_limited_s, 3),
         )
 
     @classmethod

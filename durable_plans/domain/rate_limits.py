@@ -175,3 +175,18 @@ def bucket_key(model: str, api_base: str | None, api_key: str | None) -> str:
     never stored, only a short digest of it (two keys of one model are two buckets)."""
     digest = hashlib.sha256((api_key or "").encode()).hexdigest()[:16] if api_key else "-"
     return f"{model}|{api_base or '-'}|{digest}"
+
+
+def format_duration(seconds: float) -> str:
+    """``45s``, ``10m 3s``, ``1h 2m``, ``0.4s``: how long, at a glance."""
+    if seconds < 10:
+        return f"{round(seconds, 1):g}s"
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{hours}h"] if hours else []
+    if minutes:
+        parts.append(f"{minutes}m")
+    if secs and not hours:
+        parts.append(f"{secs}s")
+    return " ".join(parts) or "0s"

@@ -9,6 +9,7 @@ from durable_plans.session_store.base import (
     SessionStoreUnavailable,
     SnapshotNotFound,
     SnapshotSessionMismatch,
+    WaitTally,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "SessionStoreUnavailable",
     "SnapshotNotFound",
     "SnapshotSessionMismatch",
+    "WaitTally",
 ]

@@ -83,6 +83,14 @@ def rows_for_replace(messages: Sequence[Message]) -> list[Row]:
     return [encode(m) for m in messages]
 
 
+def check_wait(call_id: str, entry: str, wait_s: float) -> None:
+    """Refuse a wait that would corrupt a call's tally, before anything is written."""
+    if not call_id or not entry:
+        raise ValueError("record_wait needs a call_id and a deterministic entry")
+    if not math.isfinite(wait_s) or wait_s < 0:
+        raise ValueError(f"wait {entry!r} of {call_id!r} must be finite and >= 0: {wait_s!r}")
+
+
 def check_charge(root_session_id: str, charge_id: str, usage: Usage) -> None:
     """Refuse a charge that would corrupt the ledger, before anything is written.
 

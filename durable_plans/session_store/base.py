@@ -8,6 +8,7 @@ retry because activities that call it may run more than once.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from durable_plans._errors import DurablePlansError
@@ -68,6 +69,15 @@ class SnapshotSessionMismatch(SessionStoreError, ValueError):
         self.snapshot_id = snapshot_id
         self.owner_session_id = owner_session_id
         self.session_id = session_id
+
+
+@dataclass(frozen=True)
+class WaitTally:
+    """The refusals recorded for one call (``SessionStore.record_wait``) and the seconds
+    they asked to wait, summed."""
+
+    refusals: int = 0
+    waited_s: float = 0.0
 
 
 @runtime_checkable
@@ -139,5 +149,17 @@ class SessionStore(Protocol):
 
     async def total_usage(self, root_session_id: str) -> Usage:
         """The root's total usage so far; zero ``Usage`` for a root never charged."""
+
+    async def record_wait(self, call_id: str, entry: str, wait_s: float) -> WaitTally:
+        """Record that one attempt (``entry``) of the call ``call_id`` was refused and
+        waits ``wait_s`` seconds before the next (a provider's rate limit,
+        ``activities/llm_patience.py``); returns the call's tally, this wait included.
+
+        Idempotent per ``(call_id, entry)`` like ``charge``: an attempt recorded twice
+        counts once, with its first wait. Empty ids and a negative or non-finite wait
+        raise ``ValueError`` before anything is written."""
+
+    async def waits(self, call_id: str) -> WaitTally:
+        """The tally of ``call_id`` so far; an empty tally for a call never refused."""
 
     async def close(self) -> None: ...

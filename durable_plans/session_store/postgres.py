@@ -14,7 +14,8 @@ restore diff compares. Snapshot and restore are ``INSERT ... SELECT`` on the ser
 All tables live in one schema (``dplan`` by default); every pooled connection has it as
 its ``search_path``, which lets tests and tenants use separate schemas in one database.
 
-Usage ledger (schema version 2): see ``_SCHEMA_V2`` and ``_CHARGE``.
+Usage ledger (schema version 2): see ``_SCHEMA_V2`` and ``_CHARGE``. Waits of refused
+calls (version 3): see ``_SCHEMA_V3``.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from durable_plans.session_store.base import (
     SessionStoreError,
     SnapshotNotFound,
     SnapshotSessionMismatch,
+    WaitTally,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # First key of the two-key advisory lock taken while creating or migrating a schema.
 _MIGRATION_LOCK_NAMESPACE = 0x64706C6E  # "dpln"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -101,8 +103,29 @@ _SCHEMA_V2 = (
     )""",
 )
 
+# Version 3: the waits of refused LLM calls, as in the SQLite store: one row per refused
+# attempt keyed (call, entry); a call's tally is a SUM over its few rows.
+_SCHEMA_V3 = (
+    """CREATE TABLE IF NOT EXISTS call_waits (
+        call_id text NOT NULL,
+        entry text NOT NULL,
+        wait_s double precision NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (call_id, entry)
+    )""",
+)
+
 # Steps applied in order to bring a schema from ``version - 1`` to ``version``.
-_MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA_V1, 2: _SCHEMA_V2}
+_MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3}
+
+_INSERT_WAIT = (
+    "INSERT INTO call_waits (call_id, entry, wait_s) VALUES ($1, $2, $3) "
+    "ON CONFLICT (call_id, entry) DO NOTHING"
+)
+_READ_WAITS = (
+    "SELECT COUNT(*) AS refusals, COALESCE(SUM(wait_s), 0.0) AS waited_s "
+    "FROM call_waits WHERE call_id = $1"
+)
 
 # One statement, so atomic without an explicit transaction. A repeated charge_id inserts no
 # ledger row, hence no totals update, and returns no row (the caller then reads the total).
@@ -414,6 +437,20 @@ class PostgresSessionStore:
     async def total_usage(self, root_session_id: str) -> Usage:
         return _totals(await self._pool.fetchrow(_READ_TOTALS, root_session_id))
 
+    # ----------------------------------------------------------------- waits
+
+    async def record_wait(self, call_id: str, entry: str, wait_s: float) -> WaitTally:
+        _codec.check_wait(call_id, entry, wait_s)
+        async with self._pool.acquire() as conn:
+            # Two statements: the read is a new snapshot, so it sees this insert and any
+            # racing one that committed (an uncommitted duplicate waited in ON CONFLICT).
+            await conn.execute(_INSERT_WAIT, call_id, entry, wait_s)
+            row = await conn.fetchrow(_READ_WAITS, call_id)
+        return _tally(row)
+
+    async def waits(self, call_id: str) -> WaitTally:
+        return _tally(await self._pool.fetchrow(_READ_WAITS, call_id))
+
 
 # --------------------------------------------------------------------- helpers
 
@@ -441,6 +478,10 @@ async def _migrate(conn: Any, schema: str, quoted: str) -> None:
                 await conn.execute(statement)
         if current < SCHEMA_VERSION:
             await conn.execute("INSERT INTO schema_version (version) VALUES ($1)", SCHEMA_VERSION)
+
+
+def _tally(row: Any) -> WaitTally:
+    return WaitTally(refusals=int(row["refusals"]), waited_s=float(row["waited_s"]))
 
 
 def _totals(row: Any) -> Usage:

@@ -23,7 +23,8 @@ same row shape for snapshot copies, so snapshot and restore are ``INSERT ... SEL
 inside the database; restore rewrites only rows that differ from the snapshot, which makes
 the usual case (a subtask appended a few turns to a long history) touch a few rows.
 
-Usage ledger (schema version 2): see ``_SCHEMA_V2``.
+Usage ledger (schema version 2): see ``_SCHEMA_V2``. Waits of refused calls (version 3):
+see ``_SCHEMA_V3``.
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ from durable_plans.session_store.base import (
     SessionStoreUnavailable,
     SnapshotNotFound,
     SnapshotSessionMismatch,
+    WaitTally,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _BUSY_TIMEOUT_MS = 30_000
 _BUSY_TIMEOUT_S = _BUSY_TIMEOUT_MS / 1000
 
@@ -119,8 +121,28 @@ _SCHEMA_V2 = (
     )""",
 )
 
+# Version 3: the waits of refused LLM calls (``SessionStore.record_wait``): one row per
+# refused attempt, keyed (call, entry) so a recorded attempt is an ``ON CONFLICT DO
+# NOTHING``; a call has a few rows (at most its patience over the shortest wait), so its
+# tally is a SUM over its primary key's prefix.
+_SCHEMA_V3 = (
+    """CREATE TABLE IF NOT EXISTS call_waits (
+        call_id TEXT NOT NULL,
+        entry TEXT NOT NULL,
+        wait_s REAL NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (call_id, entry)
+    )""",
+)
+
 # Steps applied in order to bring a file from ``version - 1`` to ``version``.
-_MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA_V1, 2: _SCHEMA_V2}
+_MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3}
+
+_INSERT_WAIT = (
+    "INSERT INTO call_waits (call_id, entry, wait_s, created_at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (call_id, entry) DO NOTHING"
+)
+_READ_WAITS = "SELECT COUNT(*), COALESCE(SUM(wait_s), 0.0) FROM call_waits WHERE call_id = ?"
 
 _INSERT_CHARGE = (
     "INSERT INTO usage_ledger "
@@ -492,6 +514,22 @@ class SqliteSessionStore:
     async def total_usage(self, root_session_id: str) -> Usage:
         row = await self._read(lambda conn: _maybe_one(conn, _READ_TOTALS, (root_session_id,)))
         return _totals(row)
+
+    # ----------------------------------------------------------------- waits
+
+    async def record_wait(self, call_id: str, entry: str, wait_s: float) -> WaitTally:
+        _codec.check_wait(call_id, entry, wait_s)
+
+        def body(conn: sqlite3.Connection) -> Any:
+            conn.execute(_INSERT_WAIT, (call_id, entry, wait_s, time.time()))
+            return _one(conn, _READ_WAITS, (call_id,))
+
+        row = await self._write(body)
+        return WaitTally(refusals=int(row[0]), waited_s=float(row[1]))
+
+    async def waits(self, call_id: str) -> WaitTally:
+        row = await self._read(lambda conn: _one(conn, _READ_WAITS, (call_id,)))
+        return WaitTally(refusals=int(row[0]), waited_s=float(row[1]))
 
 
 # --------------------------------------------------------------------- helpers

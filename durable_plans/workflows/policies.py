@@ -16,6 +16,7 @@ This module is pure (no I/O, no state) and passed through the workflow sandbox: 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -33,6 +34,7 @@ __all__ = [
     "NON_RETRYABLE_WORKSPACE_ERRORS",
     "NOTIFY_BACKOFF_COEFFICIENT",
     "PARAMETERS_EXTERN",
+    "RATE_LIMIT_MIN_DELAY",
     "SHORT_HEARTBEAT",
     "WORKSPACE_START_TO_CLOSE",
     "ActivityParameters",
@@ -46,6 +48,8 @@ __all__ = [
 NON_RETRYABLE_LLM_ERRORS = tuple(t.value for t in NON_RETRYABLE_LLM_FAILURES)
 
 LLM_BACKOFF_COEFFICIENT = 2.0
+# The shortest wait after a rate-limit refusal, whatever the provider's Retry-After says.
+RATE_LIMIT_MIN_DELAY = timedelta(seconds=1)
 NOTIFY_BACKOFF_COEFFICIENT = 2.0
 
 # A webhook the receiver refused, or the worker cannot sign, will not fare better later.
@@ -109,8 +113,15 @@ class ActivityParameters:
     calls move to another worker within seconds."""
 
     llm_max_attempts: int = 6
-    """Attempts of one LLM call on retryable errors (rate limit, timeout, 5xx, connection),
-    the first included; non-retryable errors (``NON_RETRYABLE_LLM_ERRORS``) stop at once."""
+    """Attempts of one LLM call on retryable errors other than rate limits (timeout, 5xx,
+    connection), the first included; non-retryable errors (``NON_RETRYABLE_LLM_ERRORS``)
+    stop at once. Counted by the activity, which knows which attempts were refused
+    (``activities/llm_patience.py``); Temporal's own count is a backstop (``llm_retry``)."""
+
+    llm_rate_limit_patience: timedelta = timedelta(minutes=10)
+    """How long one LLM call waits out rate limits: the sum of the waits its refusals asked
+    for (a provider's Retry-After, else ``rate_limit_delay``'s backoff). A refusal whose
+    wait would pass it fails the call, saying how long it waited."""
 
     llm_initial_backoff: timedelta = timedelta(seconds=1)
     llm_max_backoff: timedelta = timedelta(seconds=30)
@@ -152,6 +163,7 @@ class ActivityParameters:
             for name in (
                 "llm_start_to_close",
                 "llm_heartbeat",
+                "llm_rate_limit_patience",
                 "tool_start_to_close",
                 "notify_deliver_for",
                 "notify_attempt_timeout",
@@ -170,13 +182,37 @@ class ActivityParameters:
 
     @property
     def llm_retry(self) -> RetryPolicy:
+        """Retries of an LLM activity (an agent's call, a delegation, a compaction's
+        summary). The activity decides when to stop
+        (``activities/llm_patience.py``): a rate limit once its call waited
+        ``llm_rate_limit_patience``, anything else after ``llm_max_attempts`` attempts
+        that were not refused, by failing non-retryable; a refusal names its own wait
+        (``next_retry_delay``). Temporal's attempt count is a backstop the activity never
+        reaches first: every refusal waits at least ``RATE_LIMIT_MIN_DELAY``, so a call
+        is refused at most ``llm_max_refusals`` times before its patience runs out."""
         return RetryPolicy(
             initial_interval=self.llm_initial_backoff,
             backoff_coefficient=LLM_BACKOFF_COEFFICIENT,
             maximum_interval=self.llm_max_backoff,
-            maximum_attempts=self.llm_max_attempts,
+            maximum_attempts=self.llm_max_attempts + self.llm_max_refusals + 1,
             non_retryable_error_types=list(NON_RETRYABLE_LLM_ERRORS),
         )
+
+    @property
+    def llm_max_refusals(self) -> int:
+        """The most rate-limit refusals one call can meet within its patience."""
+        return math.ceil(self.llm_rate_limit_patience / RATE_LIMIT_MIN_DELAY)
+
+    def rate_limit_delay(self, retry_after_s: float | None, attempt: int) -> timedelta:
+        """The wait after a refusal at ``attempt``: the provider's Retry-After, else the
+        backoff Temporal would have used (initial doubling, capped); never shorter than
+        ``RATE_LIMIT_MIN_DELAY``, so a Retry-After of 0 is not a busy loop."""
+        if retry_after_s is not None:
+            wanted = timedelta(seconds=retry_after_s)
+        else:
+            doubled = self.llm_initial_backoff * (LLM_BACKOFF_COEFFICIENT ** max(0, attempt - 1))
+            wanted = min(doubled, self.llm_max_backoff)
+        return max(wanted, RATE_LIMIT_MIN_DELAY)
 
     @property
     def notify_retry(self) -> RetryPolicy:

@@ -331,7 +331,8 @@ MATRIX = [
     Fault("401", "[fail:401]", ("http 401",), ("Authentication",), fails_with="Authentication"),
     Fault("400", "[fail:400]", ("http 400",), ("BadRequest",), fails_with="BadRequest"),
     # Every attempt a 500: the retry policy's backoff (1+2+4+8+16 s) runs out, then the
-    # subtask fails with the last attempt's classification. On the time-skipping server
+    # subtask fails with the last attempt's classification (that attempt, the sixth that
+    # was not a rate-limit refusal, fails non-retryable). On the time-skipping server
     # (see ``fh``): the 31 s of backoff are skipped.
     Fault(
         "500-until-attempts-run-out",
@@ -398,9 +399,12 @@ async def test_fault_is_retried_or_failed_as_classified(fh: FaultHarness, fault:
     attempts = fh.recorder.of(f"{plan.id}/faulty")
     assert tuple(a.outcome for a in attempts) == fault.attempts
     assert [a.attempt for a in attempts] == attempt_numbers(fault.attempts)
-    for a in attempts:
+    for n, a in enumerate(attempts, start=1):
         if a.outcome != "ok":
-            assert a.retryable is (fault.fails_with is None or fault.exhausted), a
+            # Attempts running out: the last one is failed for good by the activity itself,
+            # which counts the attempts that were not rate-limit refusals (llm_patience).
+            last = fault.exhausted and n == len(attempts)
+            assert a.retryable is (fault.fails_with is None or (fault.exhausted and not last)), a
     assert all(a.outcome == "ok" for a in fh.recorder.of(f"{plan.id}/healthy"))
     if fault.retry_after_s is not None:
         assert attempts[0].next_retry_delay == timedelta(seconds=fault.retry_after_s)
@@ -519,7 +523,12 @@ async def test_connection_refused_is_retried_as_connection_until_cancelled(
             # Pending attempt 3 = attempts 1 and 2 failed (about 1 s apart: the first backoff).
             pending = await eventually(third_attempt_pending, 60, "a third LLM attempt")
             assert pending.activity_type.name == ACT_CALL_LLM
-            assert pending.maximum_attempts == policies.DEFAULT_PARAMETERS.llm_max_attempts == 6
+            # Temporal's own count is the backstop past the 6 attempts and the refusals
+            # the patience allows (the activity stops a connection error at 6).
+            assert policies.DEFAULT_PARAMETERS.llm_max_attempts == 6
+            assert (
+                pending.maximum_attempts == policies.DEFAULT_PARAMETERS.llm_retry.maximum_attempts
+            )
             last = pending.last_failure.application_failure_info
             assert last.type == "Connection" and not last.non_retryable
             # litellm calls it an InternalServerError; the cause chain says what it was.

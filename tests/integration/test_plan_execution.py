@@ -135,6 +135,11 @@ async def test_server_errors_and_rate_limits_are_retried(harness: Harness) -> No
     assert statuses.count(429) == 1
     # Logical calls stay 2 per subtask: retries are attempts of the same call.
     assert all(r.llm_calls == 2 for r in report.subtasks)
+    # The 429 asked for a second's wait, and the report says so; a 500's backoff is no
+    # rate limit.
+    rows = by_id(report)
+    assert (rows["a"].usage.rate_limited_s, rows["b"].usage.rate_limited_s) == (0.0, 1.0)
+    assert report.usage.rate_limited_s == 1.0
 
 
 async def test_sequential_subtasks_with_id_reusing_model_are_never_rejected(

@@ -191,7 +191,12 @@ async def test_the_settings_set_llm_and_tool_timeouts_and_attempts_of_their_work
                 seconds=45 + LLM_ACTIVITY_MARGIN_S
             )
             assert attrs.heartbeat_timeout.ToTimedelta() == timedelta(seconds=40)
-            assert attrs.retry_policy.maximum_attempts == 2
+            # Temporal's count is a backstop past the 2 attempts and the refusals the
+            # patience allows; the activity itself stopped the 500s at 2 (above).
+            assert attrs.retry_policy.maximum_attempts == (
+                settings.activity_parameters().llm_retry.maximum_attempts
+            )
+            assert settings.activity_parameters().llm_max_attempts == 2
     # ... and the tool (a local activity) with its own.
     assert seen, "the plan's tool call never ran"
     for info in seen:
@@ -214,7 +219,7 @@ async def test_the_settings_set_llm_and_tool_timeouts_and_attempts_of_their_work
             seconds=harness.settings.llm_timeout_s + LLM_ACTIVITY_MARGIN_S
         )
         assert attrs.heartbeat_timeout.ToTimedelta() == DEFAULT_PARAMETERS.llm_heartbeat
-        assert attrs.retry_policy.maximum_attempts == DEFAULT_PARAMETERS.llm_max_attempts
+        assert attrs.retry_policy.maximum_attempts == DEFAULT_PARAMETERS.llm_retry.maximum_attempts
 
 
 async def test_an_input_that_does_not_fit_fails_the_workflow_instead_of_retrying_its_task(

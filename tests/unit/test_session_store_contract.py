@@ -528,7 +528,7 @@ async def test_sqlite_store_creates_parent_directories_and_uses_wal(tmp_path: Pa
         await store.close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     conn.close()
 
 

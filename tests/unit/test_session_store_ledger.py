@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from durable_plans.domain.models import Message, SessionMeta, Usage
-from durable_plans.session_store import SessionNotFound, SessionStore
+from durable_plans.session_store import SessionNotFound, SessionStore, WaitTally
 from durable_plans.session_store.factory import split_postgres_target
 
 OpenStore = Callable[[], Awaitable[SessionStore]]  # the ``open_store`` fixture
@@ -150,19 +150,48 @@ async def test_racing_retries_of_one_charge_count_once(open_store: OpenStore) ->
     assert {u.prompt_tokens for u in returned} == set(range(1, 26))
 
 
+# --------------------------------------------------------------------------- call waits
+
+
+async def test_waits_add_up_once_per_entry(store: SessionStore) -> None:
+    assert await store.waits("call") == WaitTally()
+    assert await store.record_wait("call", "attempt-1", 1.5) == WaitTally(1, 1.5)
+    assert await store.record_wait("call", "attempt-2", 2.0) == WaitTally(2, 3.5)
+    # An attempt recorded again (a retried write) counts once, with its first wait.
+    assert await store.record_wait("call", "attempt-2", 9.0) == WaitTally(2, 3.5)
+    assert await store.record_wait("other", "attempt-1", 0.0) == WaitTally(1, 0.0)
+    assert await store.waits("call") == WaitTally(2, 3.5)
+
+
+@pytest.mark.parametrize(
+    ("call", "entry", "wait"),
+    [("", "e", 1.0), ("c", "", 1.0), ("c", "e", -1.0), ("c", "e", math.inf)],
+)
+async def test_a_bad_wait_is_refused(
+    store: SessionStore, call: str, entry: str, wait: float
+) -> None:
+    with pytest.raises(ValueError):
+        await store.record_wait(call, entry, wait)
+    assert await store.waits("c") == WaitTally()
+
+
 # --------------------------------------------------------------------------- migration
 
 
 async def _downgrade_to_version_1(store_target: str) -> None:
     """Turn a current store into what the version-1 code left behind: version 2 only
-    added the two ledger tables, so dropping them and resetting the version is exact."""
+    added the two ledger tables and version 3 the call waits, so dropping them and
+    resetting the version is exact."""
     if store_target.startswith("postgres"):
         import asyncpg
 
         dsn, schema = split_postgres_target(store_target)
         admin = await asyncpg.connect(dsn)
         try:
-            await admin.execute(f'DROP TABLE "{schema}".usage_ledger, "{schema}".usage_totals')
+            await admin.execute(
+                f'DROP TABLE "{schema}".usage_ledger, "{schema}".usage_totals, '
+                f'"{schema}".call_waits'
+            )
             # What version-1 code recorded: a single row holding 1.
             await admin.execute(f'DELETE FROM "{schema}".schema_version')
             await admin.execute(f'INSERT INTO "{schema}".schema_version VALUES (1)')
@@ -172,6 +201,7 @@ async def _downgrade_to_version_1(store_target: str) -> None:
         with sqlite3.connect(store_target) as conn:
             conn.execute("DROP TABLE usage_ledger")
             conn.execute("DROP TABLE usage_totals")
+            conn.execute("DROP TABLE call_waits")
             conn.execute("PRAGMA user_version = 1")
         conn.close()
 
@@ -224,16 +254,17 @@ async def test_a_version_1_store_opens_and_gains_the_ledger(
     assert not await _has_ledger(store_target)
 
     migrated = await open_store()
-    assert await _schema_version(store_target) == 2
+    assert await _schema_version(store_target) == 3
     assert await _has_ledger(store_target)
     assert (await migrated.get_session("s1")).agent == "coder"
     assert [m.content for m in await migrated.read("s1")] == ["hello"]
     assert await migrated.has_snapshot("s1:plan:t1")
     assert await migrated.total_usage("s1") == Usage()
     assert await migrated.charge("s1", "c1", usage(5, 5, 0.5)) == usage(5, 5, 0.5)
+    assert await migrated.record_wait("c1", "attempt-1", 2.5) == WaitTally(1, 2.5)
     await migrated.close()
 
     # Opening an up-to-date store again migrates nothing and keeps the ledger.
     reopened = await open_store()
     assert await reopened.total_usage("s1") == usage(5, 5, 0.5)
-    assert await _schema_version(store_target) == 2
+    assert await _schema_version(store_target) == 3

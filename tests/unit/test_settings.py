@@ -129,12 +129,15 @@ def test_every_llm_and_tool_variable_sets_its_activity_parameter() -> None:
             "DPLAN_LLM_MAX_ATTEMPTS": "2",
             "DPLAN_TOOL_TIMEOUT_S": "9",
             "DPLAN_TOOL_MAX_ATTEMPTS": "3",
+            "DPLAN_RATE_LIMIT_PATIENCE": "90s",
         }
     ).activity_parameters()
     assert p.llm_start_to_close == timedelta(seconds=30 + LLM_ACTIVITY_MARGIN_S)
     assert p.llm_heartbeat == timedelta(seconds=4.5)
     assert p.llm_max_attempts == 2
-    assert p.llm_retry.maximum_attempts == 2
+    assert p.llm_rate_limit_patience == timedelta(seconds=90)
+    # Temporal's backstop: 2 attempts, up to 90 refusals of at least 1 s, and one more.
+    assert p.llm_retry.maximum_attempts == 2 + 90 + 1
     assert "BadRequest" in (p.llm_retry.non_retryable_error_types or ())
     assert p.tool_start_to_close == timedelta(seconds=9)
     assert p.tool_max_attempts == 3

@@ -162,3 +162,22 @@ async def test_a_delegation_is_answered_by_the_fallback_once_the_helper_keeps_fa
         finally:
             await llm.aclose()
     assert [r.model for r in p.requests] == ["cheap" if attempt == 1 else "backup"]
+
+
+async def test_a_delegation_waits_out_a_rate_limit_and_reports_the_wait(
+    store: SessionStore,
+) -> None:
+    inp = await delegation(store, "Name three colours [flaky:429x1:retry-after=2]")
+    async with FakeProvider() as p:
+        llm = LlmActivities(store, settings(p))
+        acts = DelegationActivities(store, settings(p), llm)
+        try:
+            with pytest.raises(ApplicationError) as caught:
+                await env_at(1).run(acts.delegate, inp)
+            out = await env_at(2).run(acts.delegate, inp)
+        finally:
+            await llm.aclose()
+    assert caught.value.type == "RateLimit" and not caught.value.non_retryable
+    assert caught.value.next_retry_delay == timedelta(seconds=2)
+    assert out.tool.ok and out.usage.rate_limited_s == 2.0
+    assert [r.status for r in p.requests] == [429, 200]
