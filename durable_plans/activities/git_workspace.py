@@ -47,6 +47,7 @@ from durable_plans.activities.git_run import (
     MIN_GIT_VERSION,
     GitFailed,
     GitRunner,
+    ObjectReader,
     WorkspaceBusy,
     WorkspaceConflict,
     WorkspaceUnavailable,
@@ -236,6 +237,7 @@ class GitWorkspace:
         self._lock = threading.Lock()
         self._fetch_lock = threading.Lock()
         self._runner: GitRunner | None = None
+        self._reader: ObjectReader | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> GitWorkspace:
@@ -266,6 +268,16 @@ class GitWorkspace:
                         f"{self.where} cannot be used: {error_line(err.stderr)}"
                     ) from None
             return self._runner
+
+    @property
+    def objects(self) -> ObjectReader:
+        """A long-lived reader of the object store plans use (``git_run.ObjectReader``):
+        lookups without a git process each."""
+        git = self.git
+        with self._lock:
+            if self._reader is None:
+                self._reader = ObjectReader(git)
+            return self._reader
 
     @property
     def where(self) -> str:
@@ -441,7 +453,18 @@ class GitWorkspace:
 
     # ------------------------------------------------------------------ commits and refs
 
+    def _info(self, spec: str) -> tuple[str, str, int] | None:
+        """``ObjectReader.info``, None also when the reader cannot answer (the caller
+        then asks a git process of its own)."""
+        try:
+            return self.objects.info(spec)
+        except GitFailed:
+            return None
+
     def _has(self, commit: str) -> bool:
+        if self._info(f"{commit}^{{commit}}") is not None:
+            return True
+        # Not there, or the reader could not say: a git process has the last word.
         done = self.git.run("cat-file", "-e", f"{commit}^{{commit}}", check=False)
         return done.returncode == 0
 
@@ -484,10 +507,15 @@ class GitWorkspace:
         return value
 
     def _is_ancestor(self, older: str, newer: str) -> bool:
+        if older == newer:
+            return True  # a commit is its own ancestor (merge-base --is-ancestor agrees)
         done = self.git.run("merge-base", "--is-ancestor", older, newer, ok_codes=(0, 1))
         return done.returncode == 0
 
     def _tree_of(self, commit: str) -> str:
+        found = self._info(f"{commit}^{{tree}}")
+        if found is not None and found[1] == "tree":
+            return found[0]
         return self.git.out("rev-parse", f"{commit}^{{tree}}")
 
     def _commit(
@@ -499,7 +527,14 @@ class GitWorkspace:
         return self.git.out(*args, "-m", message, env=_identity_env(identity, at_s))
 
     def _parents_and_message(self, commit: str) -> tuple[list[str], str]:
-        raw = self.git.out("cat-file", "commit", commit)
+        try:
+            found = self.objects.contents(commit)
+        except GitFailed:
+            found = None
+        if found is not None and found[0] == "commit":
+            raw = found[1].decode("utf-8", "replace").strip()
+        else:
+            raw = self.git.out("cat-file", "commit", commit)
         head, _, message = raw.partition("\n\n")
         parents = [line[7:] for line in head.splitlines() if line.startswith("parent ")]
         return parents, message.strip()
