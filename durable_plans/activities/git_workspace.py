@@ -43,6 +43,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from durable_plans.activities.commit_files import CONVERTING, CommitFiles, NeedsTree
 from durable_plans.activities.git_run import (
     MIN_GIT_VERSION,
     GitFailed,
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
 __all__ = [
     "INIT_IDENTITY",
     "GitWorkspace",
+    "NeedsTree",
     "TreeLease",
     "tool_commit_message",
 ]
@@ -238,6 +240,7 @@ class GitWorkspace:
         self._fetch_lock = threading.Lock()
         self._runner: GitRunner | None = None
         self._reader: ObjectReader | None = None
+        self._plain: bool | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> GitWorkspace:
@@ -687,6 +690,49 @@ class GitWorkspace:
     def tree_dir(self, ref: WorkspaceRef) -> Path:
         """Where ``ref``'s tree is materialised on this host."""
         return self._paths(ref).path
+
+    def files_at(self, ref: WorkspaceRef) -> CommitFiles | None:
+        """``ref.head``'s files for a call that only reads them, without a tree, or None
+        when the call is to take the tree (``checkout``): this host has it, known clean
+        (it may hold what no commit does, such as the ignored files a command made, and
+        a read has always seen them), or the repository converts files on checkout. A
+        ``CommitFiles`` may still raise ``NeedsTree`` for a call it cannot answer alike."""
+        paths = self._paths(ref)
+        state = self._read_state(paths)
+        if state is not None and state.clean and paths.path.is_dir():
+            return None
+        if not self._plain_checkout():
+            return None
+        self._ensure(ref.plan_id, ref.head)
+        try:
+            return CommitFiles(self.objects, ref.head)
+        except NeedsTree:
+            return None
+
+    def _plain_checkout(self) -> bool:
+        """Whether a checkout writes every blob as it is: no line-end conversion in the
+        repository's config, nothing converting in its ``info/attributes`` (the
+        ``.gitattributes`` in a commit are ``CommitFiles``'s to check)."""
+        if self._plain is None:
+            git = self.git
+            plain = True
+            with contextlib.suppress(OSError):
+                plain = not CONVERTING.search((git.git_dir / "info" / "attributes").read_bytes())
+            done = git.run("config", "--get-regexp", r"^core\.(autocrlf|eol)$", ok_codes=(0, 1))
+            for line in done.stdout.decode("utf-8", "replace").splitlines():
+                _, _, value = line.partition(" ")
+                if value.strip().lower() not in (
+                    "false",
+                    "input",
+                    "lf",
+                    "native",
+                    "0",
+                    "no",
+                    "off",
+                ):
+                    plain = False
+            self._plain = plain
+        return self._plain
 
     def checkout(self, ref: WorkspaceRef) -> TreeLease:
         """Lock ``ref``'s tree and make it exactly ``ref.head`` (reset when it is not known
