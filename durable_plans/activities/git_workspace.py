@@ -773,13 +773,15 @@ class GitWorkspace:
         known = state is not None and state.clean and paths.index.exists()
         if known and state is not None and state.head == commit and paths.path.is_dir():
             return
+        # A tree made now is empty but for what read-tree writes: nothing to clean.
+        fresh = not paths.path.exists()
         paths.path.mkdir(parents=True, exist_ok=True)
         self._write_state(paths, _TreeState(commit, clean=False))
         # Tracked files become ``commit``'s (a file changed since is rewritten, one left
         # over removed); a tree that may hold anything else is cleaned too, ignored files
         # included, so it is exactly ``commit`` whatever a crash left in it.
         self.git.run("read-tree", "--reset", "-u", commit, work_tree=paths.path, index=paths.index)
-        if not known:
+        if not known and not fresh:
             self.git.run("clean", "-ffdxq", work_tree=paths.path, index=paths.index)
         self._write_state(paths, _TreeState(commit, clean=True))
 
