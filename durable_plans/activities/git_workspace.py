@@ -471,16 +471,27 @@ class GitWorkspace:
         done = self.git.run("cat-file", "-e", f"{commit}^{{commit}}", check=False)
         return done.returncode == 0
 
+    def _missing(self, commits: Sequence[str]) -> list[str]:
+        """The commits not here. With a remote, asked while no fetch is writing into the
+        cache: a small fetch writes its objects one by one, a commit before its tree, so
+        a commit seen then may not have its files yet (a checkout of it failed, and its
+        call was retried, when another call's fetch was under way)."""
+        if not self.remote:
+            return [c for c in commits if not self._has(c)]
+        _ = self.objects  # opened first: opening the cache takes the same lock
+        with self._fetch_lock, self._state_lock("workspace-cache.lock"):
+            return [c for c in commits if not self._has(c)]
+
     def _ensure(self, plan_id: str, *commits: str) -> None:
         """Every commit present locally (fetched from the remote when it is not)."""
-        missing = [c for c in dict.fromkeys(commits) if not self._has(c)]
+        missing = self._missing(list(dict.fromkeys(commits)))
         if missing and self.remote:
             prefix = _plan_refs(plan_id)
             self._fetch(f"+{prefix}/*:{prefix}/*")
-            missing = [c for c in missing if not self._has(c)]
+            missing = self._missing(missing)
             if missing:
                 self._fetch("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
-                missing = [c for c in missing if not self._has(c)]
+                missing = self._missing(missing)
         if not missing:
             return
         if self.remote:
