@@ -19,11 +19,15 @@ Synchronous on purpose: the activities call it from worker threads.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
+import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.domain.workspace import WorkspaceConflictDetails
@@ -32,6 +36,7 @@ __all__ = [
     "MIN_GIT_VERSION",
     "GitFailed",
     "GitRunner",
+    "ObjectReader",
     "WorkspaceBusy",
     "WorkspaceConflict",
     "WorkspaceError",
@@ -286,6 +291,117 @@ class GitRunner:
         """A command's standard output as text, stripped (``GitFailed`` on failure)."""
         done = self.run(*args, work_tree=work_tree, index=index, env=env, network=network)
         return done.stdout.decode("utf-8", "replace").strip()
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """End a reader's git: its input closed, it exits; killed if it does not at once."""
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+class ObjectReader:
+    """Reads objects of one repository through one long-lived ``git cat-file
+    --batch-command`` (git 2.36+), so a lookup costs a round trip on a pipe instead of a
+    git process forked from the (large) worker: about 20 µs instead of 2 ms of CPU.
+
+    Thread-safe (one request at a time). Objects are immutable, so a long-lived reader
+    answers the same as a new ``git cat-file``: an object written since it started (loose,
+    or in a pack a fetch brought) is found, git looking again before saying ``missing``.
+    The process starts on first use and is restarted once when it has died; a reader that
+    cannot answer raises ``GitFailed`` (never ``OSError``, which a file tool would take
+    for the file's own error), and callers fall back to a git process of their own.
+    """
+
+    def __init__(self, runner: GitRunner) -> None:
+        self._runner = runner
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._finalizer: weakref.finalize[..., ObjectReader] | None = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()  # runs _stop once
+        self._proc = None
+        self._finalizer = None
+
+    def _pipes(self) -> tuple[IO[bytes], IO[bytes]]:
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            self._close()
+            runner = self._runner
+            proc = subprocess.Popen(
+                [*runner._base(), "cat-file", "--batch-command"],
+                cwd=runner.git_dir if runner.git_dir.is_dir() else runner.git_dir.parent,
+                env=runner.local_env(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+            self._proc = proc
+            # Ends the process with this reader (or at exit), never left running.
+            self._finalizer = weakref.finalize(self, _stop, proc)
+        assert proc.stdin is not None and proc.stdout is not None
+        return proc.stdin, proc.stdout
+
+    def _ask(self, command: str, spec: str, body: bool) -> tuple[str, str, bytes | int] | None:
+        if "\n" in spec or not spec:
+            raise GitFailed(f"cat-file {command}", 128, f"fatal: bad object name {spec!r}")
+        with self._lock:
+            for attempt in (1, 2):
+                try:
+                    stdin, stdout = self._pipes()
+                    stdin.write(f"{command} {spec}\n".encode())
+                    stdin.flush()
+                    header = stdout.readline()
+                    if not header.endswith(b"\n"):
+                        raise EOFError("git cat-file ended")
+                    words = header.decode("utf-8", "replace").split()
+                    if len(words) != 3 or words[-1] in ("missing", "ambiguous"):
+                        return None
+                    oid, kind, size_text = words
+                    size = int(size_text)
+                    if not body:
+                        return oid, kind, size
+                    data = stdout.read(size + 1)
+                    if len(data) != size + 1:
+                        raise EOFError("git cat-file ended")
+                    return oid, kind, data[:size]
+                except (OSError, EOFError, ValueError) as err:
+                    self._close()  # a reader out of step is never used again
+                    if attempt == 2:
+                        raise GitFailed(f"cat-file {command}", -1, str(err)) from None
+        raise AssertionError("unreachable")
+
+    def info(self, spec: str) -> tuple[str, str, int] | None:
+        """(object id, type, size) of ``spec`` (an object id or a revision such as
+        ``<commit>^{tree}``), None when it names no object here."""
+        found = self._ask("info", spec, body=False)
+        if found is None:
+            return None
+        oid, kind, size = found
+        assert isinstance(size, int)
+        return oid, kind, size
+
+    def contents(self, spec: str) -> tuple[str, bytes] | None:
+        """(type, content) of ``spec``, None when it names no object here."""
+        found = self._ask("contents", spec, body=True)
+        if found is None:
+            return None
+        _, kind, data = found
+        assert isinstance(data, bytes)
+        return kind, data
 
 
 def git_version() -> tuple[int, int]:

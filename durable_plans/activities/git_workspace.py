@@ -43,10 +43,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from durable_plans.activities.commit_files import CONVERTING, CommitFiles, NeedsTree
 from durable_plans.activities.git_run import (
     MIN_GIT_VERSION,
     GitFailed,
     GitRunner,
+    ObjectReader,
     WorkspaceBusy,
     WorkspaceConflict,
     WorkspaceUnavailable,
@@ -76,6 +78,7 @@ __all__ = [
     "INIT_IDENTITY",
     "TREES_DIR",
     "GitWorkspace",
+    "NeedsTree",
     "TreeLease",
     "dir_name_text",
     "tool_commit_message",
@@ -249,6 +252,8 @@ class GitWorkspace:
         self._lock = threading.Lock()
         self._fetch_lock = threading.Lock()
         self._runner: GitRunner | None = None
+        self._reader: ObjectReader | None = None
+        self._plain: bool | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> GitWorkspace:
@@ -279,6 +284,16 @@ class GitWorkspace:
                         f"{self.where} cannot be used: {error_line(err.stderr)}"
                     ) from None
             return self._runner
+
+    @property
+    def objects(self) -> ObjectReader:
+        """A long-lived reader of the object store plans use (``git_run.ObjectReader``):
+        lookups without a git process each."""
+        git = self.git
+        with self._lock:
+            if self._reader is None:
+                self._reader = ObjectReader(git)
+            return self._reader
 
     @property
     def where(self) -> str:
@@ -454,20 +469,42 @@ class GitWorkspace:
 
     # ------------------------------------------------------------------ commits and refs
 
+    def _info(self, spec: str) -> tuple[str, str, int] | None:
+        """``ObjectReader.info``, None also when the reader cannot answer (the caller
+        then asks a git process of its own)."""
+        try:
+            return self.objects.info(spec)
+        except GitFailed:
+            return None
+
     def _has(self, commit: str) -> bool:
+        if self._info(f"{commit}^{{commit}}") is not None:
+            return True
+        # Not there, or the reader could not say: a git process has the last word.
         done = self.git.run("cat-file", "-e", f"{commit}^{{commit}}", check=False)
         return done.returncode == 0
 
+    def _missing(self, commits: Sequence[str]) -> list[str]:
+        """The commits not here. With a remote, asked while no fetch is writing into the
+        cache: a small fetch writes its objects one by one, a commit before its tree, so
+        a commit seen then may not have its files yet (a checkout of it failed, and its
+        call was retried, when another call's fetch was under way)."""
+        if not self.remote:
+            return [c for c in commits if not self._has(c)]
+        _ = self.objects  # opened first: opening the cache takes the same lock
+        with self._fetch_lock, self._state_lock("workspace-cache.lock"):
+            return [c for c in commits if not self._has(c)]
+
     def _ensure(self, plan_id: str, *commits: str) -> None:
         """Every commit present locally (fetched from the remote when it is not)."""
-        missing = [c for c in dict.fromkeys(commits) if not self._has(c)]
+        missing = self._missing(list(dict.fromkeys(commits)))
         if missing and self.remote:
             prefix = _plan_refs(plan_id)
             self._fetch(f"+{prefix}/*:{prefix}/*")
-            missing = [c for c in missing if not self._has(c)]
+            missing = self._missing(missing)
             if missing:
                 self._fetch("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
-                missing = [c for c in missing if not self._has(c)]
+                missing = self._missing(missing)
         if not missing:
             return
         if self.remote:
@@ -497,10 +534,15 @@ class GitWorkspace:
         return value
 
     def _is_ancestor(self, older: str, newer: str) -> bool:
+        if older == newer:
+            return True  # a commit is its own ancestor (merge-base --is-ancestor agrees)
         done = self.git.run("merge-base", "--is-ancestor", older, newer, ok_codes=(0, 1))
         return done.returncode == 0
 
     def _tree_of(self, commit: str) -> str:
+        found = self._info(f"{commit}^{{tree}}")
+        if found is not None and found[1] == "tree":
+            return found[0]
         return self.git.out("rev-parse", f"{commit}^{{tree}}")
 
     def _commit(
@@ -512,7 +554,14 @@ class GitWorkspace:
         return self.git.out(*args, "-m", message, env=_identity_env(identity, at_s))
 
     def _parents_and_message(self, commit: str) -> tuple[list[str], str]:
-        raw = self.git.out("cat-file", "commit", commit)
+        try:
+            found = self.objects.contents(commit)
+        except GitFailed:
+            found = None
+        if found is not None and found[0] == "commit":
+            raw = found[1].decode("utf-8", "replace").strip()
+        else:
+            raw = self.git.out("cat-file", "commit", commit)
         head, _, message = raw.partition("\n\n")
         parents = [line[7:] for line in head.splitlines() if line.startswith("parent ")]
         return parents, message.strip()
@@ -666,6 +715,49 @@ class GitWorkspace:
         """Where ``ref``'s tree is materialised on this host."""
         return self._paths(ref).path
 
+    def files_at(self, ref: WorkspaceRef) -> CommitFiles | None:
+        """``ref.head``'s files for a call that only reads them, without a tree, or None
+        when the call is to take the tree (``checkout``): this host has it, known clean
+        (it may hold what no commit does, such as the ignored files a command made, and
+        a read has always seen them), or the repository converts files on checkout. A
+        ``CommitFiles`` may still raise ``NeedsTree`` for a call it cannot answer alike."""
+        paths = self._paths(ref)
+        state = self._read_state(paths)
+        if state is not None and state.clean and paths.path.is_dir():
+            return None
+        if not self._plain_checkout():
+            return None
+        self._ensure(ref.plan_id, ref.head)
+        try:
+            return CommitFiles(self.objects, ref.head)
+        except NeedsTree:
+            return None
+
+    def _plain_checkout(self) -> bool:
+        """Whether a checkout writes every blob as it is: no line-end conversion in the
+        repository's config, nothing converting in its ``info/attributes`` (the
+        ``.gitattributes`` in a commit are ``CommitFiles``'s to check)."""
+        if self._plain is None:
+            git = self.git
+            plain = True
+            with contextlib.suppress(OSError):
+                plain = not CONVERTING.search((git.git_dir / "info" / "attributes").read_bytes())
+            done = git.run("config", "--get-regexp", r"^core\.(autocrlf|eol)$", ok_codes=(0, 1))
+            for line in done.stdout.decode("utf-8", "replace").splitlines():
+                _, _, value = line.partition(" ")
+                if value.strip().lower() not in (
+                    "false",
+                    "input",
+                    "lf",
+                    "native",
+                    "0",
+                    "no",
+                    "off",
+                ):
+                    plain = False
+            self._plain = plain
+        return self._plain
+
     def checkout(self, ref: WorkspaceRef) -> TreeLease:
         """Lock ``ref``'s tree and make it exactly ``ref.head`` (reset when it is not known
         to be clean there). Close the lease when the call is done."""
@@ -705,13 +797,15 @@ class GitWorkspace:
         known = state is not None and state.clean and paths.index.exists()
         if known and state is not None and state.head == commit and paths.path.is_dir():
             return
+        # A tree made now is empty but for what read-tree writes: nothing to clean.
+        fresh = not paths.path.exists()
         paths.path.mkdir(parents=True, exist_ok=True)
         self._write_state(paths, _TreeState(commit, clean=False))
         # Tracked files become ``commit``'s (a file changed since is rewritten, one left
         # over removed); a tree that may hold anything else is cleaned too, ignored files
         # included, so it is exactly ``commit`` whatever a crash left in it.
         self.git.run("read-tree", "--reset", "-u", commit, work_tree=paths.path, index=paths.index)
-        if not known:
+        if not known and not fresh:
             self.git.run("clean", "-ffdxq", work_tree=paths.path, index=paths.index)
         self._write_state(paths, _TreeState(commit, clean=True))
 

@@ -15,11 +15,12 @@ workspace was kept in git) it works in the worker's workspace directory, as it d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from temporalio import activity
 
 from durable_plans.activities import observe
-from durable_plans.activities.git_workspace import GitWorkspace, tool_commit_message
+from durable_plans.activities.git_workspace import GitWorkspace, NeedsTree, tool_commit_message
 from durable_plans.activities.heartbeat import heartbeating
 from durable_plans.activities.tool_calls import pending_call, store_answer
 from durable_plans.activities.tool_catalog import READ_ONLY_TOOLS, refuse_call
@@ -91,6 +92,13 @@ class ToolActivities:
         """Run the call in ``ref``'s tree (in a worker thread); a call that may change
         files ends with a commit of the whole tree."""
         changing = name not in READ_ONLY_TOOLS
+        if not changing:
+            # A read needs no tree: the commit's objects answer, unless this host has the
+            # tree already or the commit's files may differ from its checkout.
+            files = self._git.files_at(ref)
+            if files is not None:
+                with contextlib.suppress(NeedsTree):
+                    return execute_workspace_tool(name, arguments, files), None
         with self._git.checkout(ref) as lease:
             if changing:
                 lease.mark_changing()

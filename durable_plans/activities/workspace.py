@@ -125,12 +125,7 @@ class Workspace:
                 f"{shown} is outside the workspace; only paths inside the workspace root "
                 "are allowed"
             )
-        try:
-            real = joined.resolve()
-        except RuntimeError:  # Python 3.11 reports a symlink loop this way
-            raise ToolRefused(f"{shown} goes through a symbolic link loop") from None
-        except (OSError, ValueError) as exc:
-            raise ToolRefused(f"cannot resolve {shown}: {exc}") from None
+        real = self._real(joined, shown)
         if not real.is_relative_to(self.root):
             raise ToolRefused(
                 f"{shown} leads outside the workspace through a symbolic link; only paths "
@@ -139,6 +134,15 @@ class Workspace:
         if for_write and (real == self.root or path.split("/")[-1] in ("", ".", "..")):
             raise ToolRefused(f"{shown} names a directory; give the path of a file to write")
         return real
+
+    def _real(self, joined: Path, shown: str) -> Path:
+        """``joined`` with every symbolic link followed (``Path.resolve``)."""
+        try:
+            return joined.resolve()
+        except RuntimeError:  # Python 3.11 reports a symlink loop this way
+            raise ToolRefused(f"{shown} goes through a symbolic link loop") from None
+        except (OSError, ValueError) as exc:
+            raise ToolRefused(f"cannot resolve {shown}: {exc}") from None
 
     def relative(self, real: Path) -> str:
         """How a resolved path is shown to the model: relative, with ``/``."""
@@ -154,7 +158,7 @@ class Workspace:
             raise ToolRefused(f"max_lines must be 1 or more (got {max_lines})")
         target = self.resolve(path)
         shown = _show(path)
-        size = self._regular_file(target, shown).st_size
+        size = self._file_size(target, shown)
         windowed = offset_line != 1 or max_lines is not None
         if size > MAX_FILE_BYTES and not windowed:
             raise ToolRefused(
@@ -163,7 +167,7 @@ class Workspace:
                 "(e.g. offset_line=1, max_lines=500)"
             )
         try:
-            with open(target, "rb") as f:
+            with self._open_file(target) as f:
                 if b"\x00" in f.read(BINARY_SNIFF_BYTES):
                     raise ToolRefused(
                         f"{shown} looks like a binary file (it contains NUL bytes); only "
@@ -173,6 +177,13 @@ class Workspace:
                 return self._window(f, shown, offset_line, max_lines)
         except PermissionError:
             raise ToolRefused(f"permission denied: {shown}") from None
+
+    def _file_size(self, target: Path, shown: str) -> int:
+        """The size of the regular file ``target``; ``ToolRefused`` for anything else."""
+        return self._regular_file(target, shown).st_size
+
+    def _open_file(self, target: Path) -> BinaryIO:
+        return open(target, "rb")
 
     def _regular_file(self, target: Path, shown: str) -> os.stat_result:
         try:
@@ -286,6 +297,18 @@ class Workspace:
         """Entries of a directory: subdirectories first (``name/``), then files with sizes."""
         target = self.resolve(path)
         shown = _show(path) or "."
+        dirs, others = self._dir_entries(target, shown)
+        entries = sorted(dirs) + sorted(others)
+        if not entries:
+            return f"[{shown} is empty]"
+        shown_entries = entries[:MAX_LIST_ENTRIES]
+        omitted = len(entries) - len(shown_entries)
+        if omitted:
+            shown_entries.append(f"[{omitted} more entries not shown]")
+        return "\n".join(shown_entries)
+
+    def _dir_entries(self, target: Path, shown: str) -> tuple[list[str], list[str]]:
+        """A directory's subdirectories (``name/``) and other entries, as listed."""
         try:
             st = target.stat()
         except (FileNotFoundError, NotADirectoryError):
@@ -313,14 +336,7 @@ class Workspace:
                         others.append(f"{name}  (unreadable)")
         except PermissionError:
             raise ToolRefused(f"permission denied: {shown}") from None
-        entries = sorted(dirs) + sorted(others)
-        if not entries:
-            return f"[{shown} is empty]"
-        shown_entries = entries[:MAX_LIST_ENTRIES]
-        omitted = len(entries) - len(shown_entries)
-        if omitted:
-            shown_entries.append(f"[{omitted} more entries not shown]")
-        return "\n".join(shown_entries)
+        return dirs, others
 
     # ------------------------------------------------------------------ search
 
@@ -344,9 +360,9 @@ class Workspace:
         matches = self._matcher(pattern, regex)
         start = self.resolve(path)
         shown = _show(path) or "."
-        if not start.exists():
+        if not self._exists(start):
             raise ToolRefused(f"no such file or directory: {shown}")
-        files = [start] if start.is_file() else self._walk(start, glob)
+        files = [start] if self._is_file(start) else self._walk(start, glob)
         results: list[str] = []
         used = 0
         skipped = 0
@@ -405,6 +421,12 @@ class Workspace:
             ) from None
         return lambda line: compiled.search(line) is not None
 
+    def _exists(self, target: Path) -> bool:
+        return target.exists()
+
+    def _is_file(self, target: Path) -> bool:
+        return target.is_file()
+
     def _walk(self, start: Path, glob: str) -> Iterator[Path]:
         """Files under ``start`` in path order (``a/x`` before ``b``), without recursion.
 
@@ -441,16 +463,21 @@ class Workspace:
             data = file.read_bytes()
         except (OSError, RuntimeError):
             return []
-        if b"\x00" in data[:BINARY_SNIFF_BYTES]:
-            return None
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-        lines = text.split("\n")
-        if lines[-1] == "":
-            lines.pop()
-        return [line[:-1] if line.endswith("\r") else line for line in lines]
+        return _text_lines(data)
+
+
+def _text_lines(data: bytes) -> list[str] | None:
+    """A file's lines for a search; None for a binary or non-UTF-8 one."""
+    if b"\x00" in data[:BINARY_SNIFF_BYTES]:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def _sorted_entries(directory: Path) -> list[os.DirEntry[str]]:
