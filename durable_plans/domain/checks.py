@@ -16,7 +16,14 @@ import shlex
 from collections.abc import Sequence
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    WithJsonSchema,
+)
 
 from durable_plans.domain.workspace import WorkspaceRef
 
@@ -65,6 +72,12 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def _operator_in(arg: str) -> str | None:
+    if arg in _OPERATORS:
+        return arg
+    return next((op for op in _OPERATOR_CHARS if op in arg), None)
+
+
 def _command(value: Any, where: str) -> tuple[str, ...]:
     """One command as argv; ValueError naming what is wrong."""
     if isinstance(value, str):
@@ -89,9 +102,10 @@ def _command(value: Any, where: str) -> tuple[str, ...]:
             raise ValueError(f"{where}: an argument contains a NUL byte")
         if len(arg) > MAX_ARG_CHARS:
             raise ValueError(f"{where}: an argument is too long (limit {MAX_ARG_CHARS})")
-        if not quoted and (arg in _OPERATORS or any(op in arg for op in _OPERATOR_CHARS)):
+        op = None if quoted else _operator_in(arg)
+        if op is not None:
             raise ValueError(
-                f"{where}: {arg!r} is a shell operator, and checks are not run by a shell; "
+                f"{where}: shell operator {op!r} in {arg!r}: checks are not run by a shell; "
                 "write one command per check (a list of commands), or put the pipeline in "
                 'a script and run that, e.g. ["sh", "ci.sh"]'
             )
@@ -111,7 +125,29 @@ def normalize_checks(value: Any) -> tuple[tuple[str, ...], ...] | None:
     return tuple(_command(c, f"[{i}]") for i, c in enumerate(value))
 
 
-CheckCommands = Annotated[tuple[tuple[str, ...], ...] | None, BeforeValidator(normalize_checks)]
+_COMMANDS_SCHEMA: Final[dict[str, Any]] = {
+    "anyOf": [
+        {
+            "type": "array",
+            "maxItems": MAX_CHECKS,
+            "items": {
+                "anyOf": [
+                    {"type": "string", "minLength": 1, "description": "split as a shell would"},
+                    {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                ]
+            },
+        },
+        {"type": "null"},
+    ],
+    "description": "Commands that must pass (exit code 0), each an argv list or a command "
+    "line split as a shell would (shlex.split) but never run by a shell: no |, &&, ;, >.",
+}
+
+CheckCommands = Annotated[
+    tuple[tuple[str, ...], ...] | None,
+    BeforeValidator(normalize_checks),
+    WithJsonSchema(_COMMANDS_SCHEMA, mode="validation"),
+]
 """A model field's type: strings are split (``normalize_checks``) before validation."""
 
 
