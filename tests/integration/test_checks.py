@@ -9,23 +9,36 @@ reads ``answer.txt`` on a throwaway copy of the subtask's last commit.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
+from durable_plans.domain.checks import ACT_RUN_CHECK
 from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import Plan, PlanStatus, Subtask, SubtaskStatus
-from durable_plans.testing import ChatRequest, Completion, FakeProvider, Reply, ToolCallSpec
+from durable_plans.testing import (
+    ChatRequest,
+    Completion,
+    FakeProvider,
+    FakeProviderProcess,
+    Reply,
+    ToolCallSpec,
+)
 from tests.integration.chaos_support import since_last_user
 from tests.integration.conftest import Harness, provider_settings, running_worker
-from tests.integration.plans import by_id, run_plan
+from tests.integration.plans import by_id, run_plan, start_plan_workflow
 from tests.integration.replay import assert_replays
+from tests.integration.workers import WorkerProcess, new_workspace, worker_env
 from tests.integration.workspace_files import result_text
 
 pytestmark = pytest.mark.integration
@@ -161,3 +174,66 @@ async def test_a_plan_whose_check_passes_on_the_merge_completes(harness: Harness
     assert failure is None and report.status is PlanStatus.COMPLETED
     assert [c.exit_code for c in report.checks] == [0] and report.error is None
     assert await assert_replays(harness.client, [plan.id]) == 1
+
+
+async def test_a_worker_killed_mid_check_has_it_run_again_once_by_the_next(
+    client: Client, tmp_path: Path
+) -> None:
+    new_workspace(tmp_path, "# crash mid-check\n")
+    tq = f"checkcrash-{uuid.uuid4().hex[:8]}"
+    # Long enough to be seen running and killed; it passes when it runs to its end.
+    slow = ("python", "-c", "import time; time.sleep(4); print('checked')")
+    plan = _plan("checkcrash", Subtask(id="a", description="Inspect the repository", check=(slow,)))
+    child_id = subtask_workflow_id(plan.id, "a")
+    with FakeProviderProcess(tmp_path / "requests.jsonl") as provider:
+        env = worker_env(client, tmp_path, provider, tq)
+        first = WorkerProcess(env, tmp_path / "worker-1.log").start()
+        second: WorkerProcess | None = None
+        try:
+            first.wait_ready()
+            handle = await start_plan_workflow(client, plan, tq)
+
+            async def check_running() -> bool:
+                try:
+                    described = await client.get_workflow_handle(child_id).describe()
+                except RPCError:
+                    return False  # not started yet
+                return any(
+                    a.activity_type.name == ACT_RUN_CHECK
+                    and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                    and a.attempt == 1
+                    for a in described.raw_description.pending_activities
+                )
+
+            deadline = time.monotonic() + 90
+            while not await check_running():
+                assert time.monotonic() < deadline, "the check never started"
+                await asyncio.sleep(0.05)
+            first.kill()
+            second = WorkerProcess(env, tmp_path / "worker-2.log").start()
+            second.wait_ready()
+            report = await asyncio.wait_for(handle.result(), timeout=120)
+        finally:
+            first.stop()
+            if second is not None:
+                second.stop()
+
+    assert report.status is PlanStatus.COMPLETED
+    [run] = by_id(report)["a"].checks  # one result, from the run that completed
+    assert run.exit_code == 0 and "checked" in run.output and run.round == 1
+    history = await client.get_workflow_handle(child_id).fetch_history()
+    scheduled = [
+        e
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == ACT_RUN_CHECK
+    ]
+    assert len(scheduled) == 1  # one check, never scheduled again
+    # The check's one recorded start is a later attempt than the killed one.
+    check_started = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+        and e.activity_task_started_event_attributes.scheduled_event_id == scheduled[0].event_id
+    ]
+    assert len(check_started) == 1 and check_started[0] >= 2, check_started
