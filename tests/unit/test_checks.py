@@ -14,6 +14,7 @@ from jsonschema import Draft202012Validator
 
 from durable_plans.activities.checks import _run_one, throwaway_copy
 from durable_plans.activities.git_workspace import GitWorkspace
+from durable_plans.cli.progress import render_report
 from durable_plans.domain.agents_loader import AgentsFileError, parse_agents_data
 from durable_plans.domain.checks import (
     CheckRun,
@@ -158,3 +159,20 @@ def test_the_throwaway_copy_is_the_commit_and_is_removed(tmp_path: Path) -> None
     assert not tree.exists()
     assert (repo / "a.txt").read_text() == "dirty\n"
     assert not (repo / "made-by-a-check").exists()
+
+
+def test_the_report_shows_every_check_run_and_a_failed_plan_check() -> None:
+    runs = (
+        CheckRun(argv=("python", "-m", "unittest"), exit_code=1, output="x", duration_s=0.4),
+        CheckRun(argv=("python", "-m", "unittest"), exit_code=0, round=2, duration_s=0.3),
+    )
+    row = SubtaskResult(
+        id="fix", status=SubtaskStatus.COMPLETED, agent="debug", result="ok", checks=runs
+    )
+    error = ErrorInfo(type="CheckFailed", message="check `make test` exited with code 2")
+    plan_run = CheckRun(argv=("make", "test"), exit_code=2)
+    text = render_report(PlanReport.build("p", [row], checks=(plan_run,), error=error))
+    assert "✗ fix check (round 1): python -m unittest → exit 1 in 0.4s" in text
+    assert "✓ fix check (round 2): python -m unittest → exit 0 in 0.3s" in text
+    assert "✗ plan check (round 1): make test → exit 2" in text
+    assert "✗ plan failed: CheckFailed: check `make test` exited with code 2" in text
