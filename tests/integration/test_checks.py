@@ -25,7 +25,8 @@ from temporalio.service import RPCError
 
 from durable_plans.domain.checks import ACT_RUN_CHECK
 from durable_plans.domain.ids import subtask_workflow_id
-from durable_plans.domain.models import Plan, PlanStatus, Subtask, SubtaskStatus
+from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask, SubtaskStatus
+from durable_plans.domain.operations import SKIP_UPDATE, SubtaskRequest
 from durable_plans.testing import (
     ChatRequest,
     Completion,
@@ -40,6 +41,7 @@ from tests.integration.plans import by_id, run_plan, start_plan_workflow
 from tests.integration.replay import assert_replays
 from tests.integration.workers import WorkerProcess, new_workspace, worker_env
 from tests.integration.workspace_files import result_text
+from tests.integration.workspace_steps import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -237,3 +239,30 @@ async def test_a_worker_killed_mid_check_has_it_run_again_once_by_the_next(
         and e.activity_task_started_event_attributes.scheduled_event_id == scheduled[0].event_id
     ]
     assert len(check_started) == 1 and check_started[0] >= 2, check_started
+
+
+async def test_a_check_failure_pauses_a_plan_that_pauses_on_failure(harness: Harness) -> None:
+    plan = _plan(
+        "pause",
+        Subtask(id="bad", description="Write the answer", check=(tuple(CHECK),), check_rounds=1),
+        on_failure="pause",
+    )
+    handle = await harness.start(plan)
+
+    async def paused() -> PlanReport | None:
+        report = await handle.query("status", result_type=PlanReport)
+        return report if report.status is PlanStatus.PAUSED else None
+
+    report = await eventually(paused, "the plan to pause on its failed check")
+    row = by_id(report)["bad"]
+    assert row.status is SubtaskStatus.PAUSED and row.error is not None
+    assert row.error.type == "CheckFailed" and "1 of 1 round(s)" in row.error.message
+    assert [(c.round, c.exit_code) for c in row.checks] == [(1, 1)]
+    assert _told(harness) == []  # one round: nothing told, the subtask failed at once
+    await handle.execute_update(SKIP_UPDATE, SubtaskRequest(subtask="bad"))
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    # Skipped by the operator: it stays failed, as it was, its check runs kept.
+    final = by_id(await handle.query("status", result_type=PlanReport))["bad"]
+    assert final.status is SubtaskStatus.FAILED and final.error is not None
+    assert final.error.type == "CheckFailed" and len(final.checks) == 1
