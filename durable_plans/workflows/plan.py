@@ -160,6 +160,16 @@ def excerpt(text: str, limit: int) -> str:
     return text[:limit] + f"… [truncated {len(text) - limit} chars; full text in the session]"
 
 
+def kept_checks(plan: Plan, runs: tuple[CheckRun, ...]) -> tuple[CheckRun, ...]:
+    """A row's check runs with their outputs cut to the plan's excerpt size (a plan of
+    thousands keeps a few hundred characters of each), so carried rows stay small."""
+    limit = excerpt_limit(plan)
+    return tuple(
+        r if len(r.output) <= limit else r.model_copy(update={"output": r.output[-limit:]})
+        for r in runs
+    )
+
+
 def default_session_id(plan: Plan) -> str:
     """The plan's base session (``domain.ids.plan_session_id``)."""
     return plan_session_id(plan.id, plan.session_id)
@@ -882,7 +892,7 @@ class PlanWorkflow(PauseHandlers):
                     models=outcome.models,
                     session_id=outcome.branch_session_id,
                     commit=outcome.commit,
-                    checks=outcome.checks,
+                    checks=kept_checks(plan, outcome.checks),
                 )
             )
         except asyncio.CancelledError:
@@ -908,7 +918,7 @@ class PlanWorkflow(PauseHandlers):
                     models=details.models if details else (),
                     session_id=details.branch_session_id if details else None,
                     commit=details.commit if details else None,
-                    checks=details.checks if details else (),
+                    checks=kept_checks(plan, details.checks) if details else (),
                 )
             )
             self.pause_desk.failed(result, ran_with=child_input.budget)

@@ -61,6 +61,9 @@ from durable_plans.workflows.live import release
 from durable_plans.workflows.store_ops import store_op
 from durable_plans.workflows.workspace import WorkspaceStepFailed, start_head
 
+# What a passing check's run keeps of its output in the outcome and the report.
+PASSED_OUTPUT_CHARS = 500
+
 
 @workflow.defn(name=SUBTASK_WORKFLOW)
 class SubtaskWorkflow(ApprovalHandlers):
@@ -117,8 +120,10 @@ class SubtaskWorkflow(ApprovalHandlers):
         )
         self.approval_desk.subtask = sub.id
         self._loop = loop
-        # Its checks: its own, else its agent's (``domain/checks.py``).
-        checks = sub.check if sub.check is not None else spec.check
+        # Its checks: its own, else its agent's (``domain/checks.py``); a spawned sub-agent
+        # (depth > 0) is not gated by its agent's: its parent's checks judge the result.
+        agent_checks = spec.check if inp.depth == 0 else None
+        checks = sub.check if sub.check is not None else agent_checks
         rounds = sub.check_rounds or spec.check_rounds or inp.check_rounds or DEFAULT_CHECK_ROUNDS
 
         begin = BeginSubtaskInput(
@@ -210,6 +215,13 @@ class SubtaskWorkflow(ApprovalHandlers):
                 await store_op(ACT_END_SUBTASK, end(succeeded))
             await release(self._stream)
 
+    def _keep(self, run: CheckRun) -> None:
+        """A check run, for the outcome: a passing run's output cut to its last lines (what
+        failed is what a reader needs), so many rounds stay a small payload."""
+        if run.passed and len(run.output) > PASSED_OUTPUT_CHARS:
+            run = run.model_copy(update={"output": run.output[-PASSED_OUTPUT_CHARS:]})
+        self._checks.append(run)
+
     async def _verified(
         self,
         loop: AgentLoop,
@@ -234,7 +246,7 @@ class SubtaskWorkflow(ApprovalHandlers):
 
             loop.phase = "checking"
             failed = await run_check_round(
-                loop.workspace, checks, round_, on_run=self._checks.append, on_start=starting
+                loop.workspace, checks, round_, on_run=self._keep, on_start=starting
             )
             if failed is None:
                 loop.phase = "checked"
