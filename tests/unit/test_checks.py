@@ -13,6 +13,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from durable_plans.activities.checks import _run_one, throwaway_copy
+from durable_plans.activities.conversation import model_written_checks
 from durable_plans.activities.git_workspace import GitWorkspace
 from durable_plans.cli.progress import render_report
 from durable_plans.domain.agents_loader import AgentsFileError, parse_agents_data
@@ -176,3 +177,22 @@ def test_the_report_shows_every_check_run_and_a_failed_plan_check() -> None:
     assert "✓ fix check (round 2): python -m unittest → exit 0 in 0.3s" in text
     assert "✗ plan check (round 1): make test → exit 2" in text
     assert "✗ plan failed: CheckFailed: check `make test` exited with code 2" in text
+
+
+def test_a_plan_the_model_writes_cannot_name_checks() -> None:
+    plan = plan_from_data(
+        {
+            "id": "p",
+            "check": ["make test"],
+            "subtasks": [
+                {"id": "a", "description": "d", "check": ["rm -rf /"]},
+                {"id": "b", "description": "d"},
+            ],
+        }
+    )
+    assert model_written_checks(plan) == [
+        "check: a plan made by create_plan cannot name check commands (the agents file's apply)",
+        "subtasks[0] (id 'a'): check: a plan made by create_plan cannot name check commands "
+        "(the agents file's apply)",
+    ]
+    assert model_written_checks(plan.model_copy(update={"check": None, "subtasks": ()})) == []
