@@ -32,6 +32,7 @@ from durable_plans.domain.models import (
 )
 from durable_plans.domain.plan_loader import PlanValidationError, plan_from_data
 from durable_plans.settings import Settings
+from durable_plans.ui.views import report_json, result_json
 from tests import gitrepos
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "plan.schema.json"
@@ -196,3 +197,17 @@ def test_a_plan_the_model_writes_cannot_name_checks() -> None:
         "(the agents file's apply)",
     ]
     assert model_written_checks(plan.model_copy(update={"check": None, "subtasks": ()})) == []
+
+
+def test_the_page_gets_each_check_run_with_its_output_scrubbed() -> None:
+    key = "sk-" + "a1b2c3d4" * 6
+    run = CheckRun(argv=("make", "test"), exit_code=2, output=f"leaked {key}", duration_s=0.2)
+    row = SubtaskResult(
+        id="a", status=SubtaskStatus.COMPLETED, agent="coder", result="ok", checks=(run,)
+    )
+    [shown] = result_json(row)["checks"]
+    assert shown["argv"] == ["make", "test"] and shown["exit_code"] == 2
+    assert key not in shown["output"] and shown["output"].startswith("leaked ")
+    error = ErrorInfo(type="CheckFailed", message="check `make test` exited with code 2")
+    page = report_json(PlanReport.build("p", [row], checks=(run,), error=error))
+    assert page["error"]["type"] == "CheckFailed" and len(page["checks"]) == 1
