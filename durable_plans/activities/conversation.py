@@ -20,7 +20,7 @@ from durable_plans.activities.orchestration_tools import ORCHESTRATION_REGISTRY,
 from durable_plans.activities.tool_registry import ToolResult
 from durable_plans.domain.history import switch_agent_cleanup
 from durable_plans.domain.ids import switch_snapshot_id, tool_message_id
-from durable_plans.domain.models import Message, SessionMeta, ToolCall
+from durable_plans.domain.models import Message, Plan, SessionMeta, ToolCall
 from durable_plans.domain.plan_loader import PlanValidationError, plan_from_data
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.domain.session_contracts import (
@@ -49,6 +49,19 @@ from durable_plans.session_store import SessionStore
 
 HISTORY_CONTENT_CHARS = 2000
 UNDO_EXCERPT_CHARS = 200
+
+
+def model_written_checks(plan: Plan) -> list[str]:
+    """A plan the model writes may not name checks: they run commands with no allowlist
+    and no approval (domain/checks.py); the agents file's checks still apply."""
+    why = "a plan made by create_plan cannot name check commands (the agents file's apply)"
+    lines = [f"check: {why}"] if plan.check is not None else []
+    lines += [
+        f"subtasks[{i}] (id {s.id!r}): check: {why}"
+        for i, s in enumerate(plan.subtasks)
+        if s.check is not None
+    ]
+    return lines
 
 
 class ConversationActivities:
@@ -120,7 +133,9 @@ class ConversationActivities:
                     except PlanValidationError as err:
                         problems = list(err.problems)
                     else:
-                        return CheckPlanCallOutput(plan_json=plan.model_dump_json())
+                        problems = model_written_checks(plan)
+                        if not problems:
+                            return CheckPlanCallOutput(plan_json=plan.model_dump_json())
             left = inp.attempts_left - 1
             advice = (
                 f"Fix them and call {CREATE_PLAN_TOOL} again ({left} attempts left)."

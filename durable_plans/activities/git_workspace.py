@@ -517,6 +517,10 @@ class GitWorkspace:
             "made on another host; set DPLAN_WORKSPACE_REMOTE to a remote every worker reaches"
         )
 
+    def ensure_commit(self, plan_id: str, commit: str) -> None:
+        """``commit`` present in the object store plans use (fetched when it is not)."""
+        self._ensure(plan_id, commit)
+
     def _ref(self, ref: str) -> str | None:
         """The local value of ``ref`` (peeled to a commit), None when absent."""
         out = self.git.run("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", ok_codes=(0, 1))

@@ -7,6 +7,7 @@ from typing import Any
 
 from durable_plans.activities.approvals import ApprovalActivities
 from durable_plans.activities.chat_workspace import ChatWorkspaceActivities
+from durable_plans.activities.checks import CheckActivities
 from durable_plans.activities.commands import CommandActivities
 from durable_plans.activities.compaction import CompactionActivities
 from durable_plans.activities.conversation import ConversationActivities
@@ -44,6 +45,7 @@ class PlanActivities:
         self.notify = NotifyActivities()
         self.approvals = ApprovalActivities(store)
         self.commands = CommandActivities(store, settings, git)
+        self.checks = CheckActivities(store, settings, git)
         self.tool_errors = ToolErrorActivities(store)
         # MCP servers come from the worker's own agents file: a workflow names a server,
         # the worker decides what that starts and which secrets it gets.
@@ -76,6 +78,8 @@ class PlanActivities:
             self.approvals.describe_tool_call,
             self.approvals.answer_tool_call_with,
             self.commands.run_command,
+            self.checks.run_check,
+            self.checks.append_check_feedback,
             self.tool_errors.answer_tool_error,
             self.mcp.list_mcp_tools,
             self.mcp.call_mcp_tool,

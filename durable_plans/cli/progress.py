@@ -26,6 +26,7 @@ from rich.text import Text
 
 from durable_plans.cli.workspace_lines import short_commit, workspace_line
 from durable_plans.client._live import PlanWatch, SubtaskNow
+from durable_plans.domain.checks import CheckRun, shown
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, SubtaskResult, SubtaskStatus
 from durable_plans.domain.rate_limits import format_duration
 
@@ -212,6 +213,9 @@ class _PlainLines:
             if result.status is SubtaskStatus.PAUSED:
                 line += f" (dplan resume|skip {report.plan_id} {result.id})"
             self._print(line)
+            if result.status.is_terminal or result.status is SubtaskStatus.PAUSED:
+                for run in result.checks:
+                    self._print(f"    {check_line(result.id, run)}")
 
 
 async def follow_progress(
@@ -415,9 +419,41 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
                     " ".join(r.error.message.split()),
                 )
             )
+    parts.extend(_check_lines(report))
     if web_url:
         parts.append(Text.assemble(("Temporal Web: ", "dim"), (web_url, "underline")))
     return Group(*parts)
+
+
+def check_line(owner: str, run: CheckRun) -> str:
+    """One check run, on one line: passed or not, the command, its exit code and time."""
+    symbol = "✓" if run.passed else "✗"
+    how = "timed out" if run.timed_out else f"exit {run.exit_code}"
+    return (
+        f"{symbol} {owner} check (round {run.round}): {_one_line(shown(run.argv), 80)} "
+        f"→ {how} in {run.duration_s:.1f}s"
+    )
+
+
+def _check_lines(report: PlanReport) -> list[Text]:
+    """Every check run (the subtasks' and the plan's own on the merge), one line each."""
+    lines = [
+        Text(check_line(r.id, run), style="" if run.passed else "red")
+        for r in report.subtasks
+        for run in r.checks
+    ]
+    lines.extend(
+        Text(check_line("plan", run), style="" if run.passed else "red") for run in report.checks
+    )
+    if report.error is not None:
+        lines.append(
+            Text.assemble(
+                ("✗ plan failed: ", "bold red"),
+                (f"{report.error.type}: ", "red"),
+                " ".join(report.error.message.split()),
+            )
+        )
+    return lines
 
 
 def render_report(report: PlanReport, *, web_url: str | None = None, width: int = 120) -> str:

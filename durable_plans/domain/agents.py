@@ -19,6 +19,7 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from durable_plans.domain.approvals import ApprovalPolicy
+from durable_plans.domain.checks import MAX_CHECK_ROUNDS, CheckCommands
 from durable_plans.domain.tools_config import RUN_COMMAND_TOOL, CommandPolicy, McpServerConfig
 
 WORKSPACE_TOOL_NAMES: Final[tuple[str, ...]] = (
@@ -73,6 +74,11 @@ class AgentSpec(BaseModel):
     context_window: int | None = Field(default=None, gt=0)
     """Its model's context window in tokens, for compaction (``domain/compaction.py``);
     None: ``DPLAN_CONTEXT_WINDOW``, else litellm's model info."""
+    check: CheckCommands = None
+    """Commands that must pass after its subtasks' final answers (``domain/checks.py``);
+    a subtask's own ``check`` replaces them."""
+    check_rounds: int | None = Field(default=None, ge=1, le=MAX_CHECK_ROUNDS)
+    """Failed check rounds before a subtask fails; None: the plan's, else 3."""
 
 
 class UnknownAgentError(KeyError):

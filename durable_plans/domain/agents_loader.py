@@ -34,6 +34,8 @@ adds new agents::
     [agents.debug.run_command]        # the guarded shell (domain.tools_config)
     allow = ["python", "git"]
     approval_required = false         # default true: each call waits for a person
+    check = ["python -m unittest"]    # must pass after each final answer (docs/plans.md)
+    check_rounds = 3                  # failed rounds before the subtask fails
 
 The worker reads the file once at start-up; a mistake found there is found before any
 plan runs, so, as with plan files (:mod:`domain.plan_loader`), nothing stops at the first
@@ -63,6 +65,7 @@ from durable_plans.domain.agents import (
     AgentSpec,
 )
 from durable_plans.domain.approvals import ApprovalPolicy, policy_problems
+from durable_plans.domain.checks import check_problems, check_rounds_problems
 from durable_plans.domain.problems import (
     ProblemsError,
     capped,
@@ -107,6 +110,8 @@ AGENT_FIELDS: Final[tuple[str, ...]] = (
     "mcp",
     "run_command",
     "context_window",
+    "check",
+    "check_rounds",
 )
 """The settings an agent entry may give (its name is its key)."""
 
@@ -515,7 +520,18 @@ def _check_run_command(value: Any) -> tuple[Any, list[str]]:
     return policy, []
 
 
+def _check_check(value: Any) -> tuple[Any, list[str]]:
+    checks, problems = check_problems(value)
+    return checks, [p if p.startswith("[") else f": {p}" for p in problems]
+
+
+def _check_check_rounds(value: Any) -> tuple[Any, list[str]]:
+    return value, [f": {p}" for p in check_rounds_problems(value)]
+
+
 _FIELD_CHECKS: Final[Mapping[str, _Check]] = {
+    "check": _check_check,
+    "check_rounds": _check_check_rounds,
     "mcp": _check_mcp,
     "run_command": _check_run_command,
     "system_prompt": _check_system_prompt,

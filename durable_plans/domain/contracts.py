@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from durable_plans.domain.agents import AgentSpec
 from durable_plans.domain.approvals import ApprovalPolicy
+from durable_plans.domain.checks import CheckRun
 from durable_plans.domain.compaction import WindowCheck
 from durable_plans.domain.models import (
     Budget,
@@ -325,6 +326,8 @@ class SubtaskInput(_Payload):
     workspace: WorkspaceStart | None = None
     # Where the plan's full data is when ``subtask`` holds an excerpt of its description.
     plan_data: PlanDataRef | None = None
+    # The plan's default number of failed check rounds (``domain/checks.py``).
+    check_rounds: int | None = None
 
 
 class SubtaskOutcome(_Payload):
@@ -337,6 +340,7 @@ class SubtaskOutcome(_Payload):
     # The subtask's last commit: what it contributes to its dependents and the plan.
     commit: str | None = None
     models: tuple[ModelUsage, ...] = ()  # which models answered, with their usage
+    checks: tuple[CheckRun, ...] = ()  # its check runs (``domain/checks.py``)
 
 
 class SubtaskFailureDetails(_Payload):
@@ -348,6 +352,7 @@ class SubtaskFailureDetails(_Payload):
     # The attempt's last commit (kept under its ref for inspection, never merged).
     commit: str | None = None
     models: tuple[ModelUsage, ...] = ()  # which models answered, with their usage
+    checks: tuple[CheckRun, ...] = ()  # its check runs (``domain/checks.py``)
 
 
 class PlanInput(_Payload):

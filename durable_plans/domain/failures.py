@@ -63,6 +63,10 @@ class FailureType(StrEnum):
     # The agent loop stopped without an answer (details: SubtaskFailureDetails).
     EMPTY_ANSWER = "EmptyAnswer"
     MAX_TURNS_REACHED = "MaxTurnsReached"
+    # A check failed ``check_rounds`` rounds after the final answer, or the plan's own
+    # check failed on the merged result (domain/checks.py; details: the subtask's
+    # SubtaskFailureDetails with its check runs, or the PlanReport).
+    CHECK_FAILED = "CheckFailed"
     # A conversation (SessionWorkflow).
     INVALID_AGENT_SWITCH = "InvalidAgentSwitch"
     # A workflow input or an update argument that cannot be used (details: the problems,

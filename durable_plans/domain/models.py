@@ -14,6 +14,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, model_validator
 
 from durable_plans.domain.approvals import ApprovalPolicy
+from durable_plans.domain.checks import MAX_CHECK_ROUNDS, CheckCommands, CheckRun
 from durable_plans.domain.workspace import WorkspaceSummary
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -234,6 +235,10 @@ class Subtask(_Frozen):
     # A litellm model name for this subtask alone (``dplan retry --set model=...``, or
     # written in the plan); None: its agent's model (the worker's DPLAN_MODEL if none).
     model: str | None = None
+    # Commands that must pass on its tree after its final answer (``domain/checks.py``);
+    # None: its agent's. Failed rounds before it fails (None: the agent's, the plan's, 3).
+    check: CheckCommands = None
+    check_rounds: int | None = Field(default=None, ge=1, le=MAX_CHECK_ROUNDS)
 
 
 class Plan(_Frozen):
@@ -250,6 +255,10 @@ class Plan(_Frozen):
     # The branch, tag or commit of the workspace repository the plan starts from (None:
     # its HEAD when the plan starts).
     workspace_base: str | None = Field(default=None, min_length=1, max_length=250)
+    # Commands that must pass on the merged result once every subtask completed, and the
+    # default number of failed check rounds for its subtasks (``domain/checks.py``).
+    check: CheckCommands = None
+    check_rounds: int | None = Field(default=None, ge=1, le=MAX_CHECK_ROUNDS)
 
     def on_failure_of(self, subtask_id: str) -> OnFailure:
         return self.subtask(subtask_id).on_failure or self.on_failure or "fail"
@@ -357,6 +366,8 @@ class SubtaskResult(_Frozen):
     # when the agent's own kept failing), each with its calls, usage and cost. Empty for
     # runs recorded before it was kept.
     models: tuple[ModelUsage, ...] = ()
+    # Its check runs, every round's (``domain/checks.py``); empty without a check.
+    checks: tuple[CheckRun, ...] = ()
 
     @model_validator(mode="after")
     def _truthful(self) -> SubtaskResult:
@@ -444,6 +455,10 @@ class PlanReport(_Frozen):
     # ``full_report`` is where the whole report is kept once the plan ended.
     omitted: NonNegativeInt = 0
     full_report: PlanDataRef | None = None
+    # The plan's own check runs on the merged result, and why the plan failed when one
+    # of them did (every subtask completed): ``CheckFailed``.
+    checks: tuple[CheckRun, ...] = ()
+    error: ErrorInfo | None = None
 
     @property
     def finished(self) -> bool:
@@ -492,13 +507,16 @@ class PlanReport(_Frozen):
         duration_s: float = 0.0,
         cancelled: bool = False,
         workspace: WorkspaceSummary | None = None,
+        checks: tuple[CheckRun, ...] = (),
+        error: ErrorInfo | None = None,
     ) -> PlanReport:
-        """The only way reports are made: counts, totals and status derive from results."""
+        """The only way reports are made: counts, totals and status derive from results
+        (and a failed plan-level check, ``error``)."""
         counts = Counts.of(r.status for r in results)
         if counts.paused and not cancelled:
             # Before "failed": the plan is still open, and what it needs is a person.
             status = PlanStatus.PAUSED
-        elif counts.failed:
+        elif counts.failed or error is not None:
             status = PlanStatus.FAILED
         elif cancelled or counts.cancelled:
             status = PlanStatus.CANCELLED
@@ -514,4 +532,6 @@ class PlanReport(_Frozen):
             usage=Usage.total(r.usage for r in results),
             duration_s=round(duration_s, 3),
             workspace=workspace,
+            checks=checks,
+            error=error,
         )

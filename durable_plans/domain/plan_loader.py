@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from durable_plans.domain.agents import APPROVABLE_TOOL_NAMES
 from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
 from durable_plans.domain.approvals import ApprovalPolicy, policy_problems
+from durable_plans.domain.checks import check_problems, check_rounds_problems
 from durable_plans.domain.models import Notify, Plan, Subtask
 from durable_plans.domain.notify import notify_problems
 from durable_plans.domain.problems import (
@@ -212,9 +213,10 @@ def plan_from_data(
 
     header = {k: v for k, v in data.items() if k != "subtasks" and not (k == "id" and v is None)}
     values, header_problems = check_fields(
-        header, Plan, handled={"subtasks", "approval"}, optional={"id"}, strict=True
+        header, Plan, handled={"subtasks", "approval", *_CHECK_FIELDS}, optional={"id"}, strict=True
     )
     problems.extend((_PLAN_GROUP, p) for p in header_problems)
+    problems.extend((_PLAN_GROUP, p) for p in _check_fields(header, values))
     if header.get("approval") is not None:
         approval_problems = policy_problems(header["approval"], APPROVABLE_TOOL_NAMES)
         problems.extend((_PLAN_GROUP, f"approval{p}") for p in approval_problems)
@@ -276,7 +278,25 @@ def validate_plan(plan: Plan, *, known_agents: Collection[str] = BUILTIN_AGENTS)
 def _check_subtask(raw: Any) -> tuple[dict[str, Any], list[str]]:
     if not isinstance(raw, Mapping):
         return {}, [f"must be an object, got {describe(raw)}"]
-    return check_fields(raw, Subtask, strict=True)
+    values, problems = check_fields(raw, Subtask, handled=_CHECK_FIELDS, strict=True)
+    return values, problems + _check_fields(raw, values)
+
+
+_CHECK_FIELDS: Final = frozenset({"check", "check_rounds"})
+
+
+def _check_fields(raw: Mapping[str, Any], values: dict[str, Any]) -> list[str]:
+    """``check`` and ``check_rounds`` (``domain/checks.py``): into ``values`` when they
+    are valid, else one line per problem."""
+    checks, problems = check_problems(raw.get("check"))
+    lines = [f"check{p if p.startswith('[') else ': ' + p}" for p in problems]
+    if "check" in raw and not problems:
+        values["check"] = checks
+    rounds_problems = check_rounds_problems(raw.get("check_rounds"))
+    lines.extend(f"check_rounds: {p}" for p in rounds_problems)
+    if "check_rounds" in raw and not rounds_problems:
+        values["check_rounds"] = raw["check_rounds"]
+    return lines
 
 
 def _subtask_facts(position: int, values: Mapping[str, Any]) -> _SubtaskFacts:

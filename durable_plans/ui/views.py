@@ -23,6 +23,7 @@ from temporalio.service import RPCError
 from durable_plans._errors import DurablePlansError
 from durable_plans.client import Client, PendingCall, PlanSummary
 from durable_plans.client._plans import describe_plan, ui_base_for, web_url
+from durable_plans.domain.checks import CheckRun
 from durable_plans.domain.inputs import InvalidInput, plan_input_from_value
 from durable_plans.domain.models import Plan, PlanReport, SubtaskResult, Usage
 from durable_plans.domain.plan_data import PlanDataError, with_carried_subtasks
@@ -78,7 +79,15 @@ def result_json(result: SubtaskResult) -> dict[str, Any]:
         "session_id": result.session_id,
         "retries": result.retries,
         "commit": result.commit,
+        "checks": [check_json(c) for c in result.checks],
     }
+
+
+def check_json(run: CheckRun) -> dict[str, Any]:
+    """One check run (``domain/checks.py``), its output scrubbed like every text shown."""
+    data = run.model_dump(mode="json")
+    data["output"] = scrub_secrets(run.output)
+    return data
 
 
 def report_json(report: PlanReport) -> dict[str, Any]:
@@ -91,6 +100,12 @@ def report_json(report: PlanReport) -> dict[str, Any]:
         "duration_s": report.duration_s,
         "subtasks": [result_json(r) for r in report.subtasks],
         "workspace": workspace.model_dump(mode="json") if workspace is not None else None,
+        "checks": [check_json(c) for c in report.checks],
+        "error": (
+            {"type": report.error.type, "message": scrub_secrets(report.error.message)}
+            if report.error is not None
+            else None
+        ),
     }
 
 

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from durable_plans.domain.agents import BUILTIN_CATALOG, MAX_TURNS, SPAWN_TOOL, AgentCatalog
+    from durable_plans.domain.checks import CheckRun, failure_line
     from durable_plans.domain.contracts import (
         ACT_BRANCH_SPEND,
         ACT_MERGE_RESULTS,
@@ -107,9 +108,10 @@ with workflow.unsafe.imports_passed_through():
         ListMcpToolsOutput,
     )
     from durable_plans.domain.tools_config import McpServerTools
-    from durable_plans.domain.workspace import WorkspaceStart, WorkspaceSummary
+    from durable_plans.domain.workspace import WorkspaceRef, WorkspaceStart, WorkspaceSummary
 
 from durable_plans.workflows import policies, versions
+from durable_plans.workflows.checks import run_check_round
 from durable_plans.workflows.llm_call import takes_local_calls
 from durable_plans.workflows.notify import deliver_report, should_notify
 from durable_plans.workflows.pauses import PauseDesk, PauseHandlers
@@ -119,6 +121,7 @@ from durable_plans.workflows.subtask import SubtaskWorkflow
 from durable_plans.workflows.visibility import PlanVisibility, subtask_search_attributes
 from durable_plans.workflows.workspace import (
     open_base,
+    plan_identity,
     publish_result,
     result_commits,
     subtask_identity,
@@ -155,6 +158,16 @@ def excerpt(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + f"… [truncated {len(text) - limit} chars; full text in the session]"
+
+
+def kept_checks(plan: Plan, runs: tuple[CheckRun, ...]) -> tuple[CheckRun, ...]:
+    """A row's check runs with their outputs cut to the plan's excerpt size (a plan of
+    thousands keeps a few hundred characters of each), so carried rows stay small."""
+    limit = excerpt_limit(plan)
+    return tuple(
+        r if len(r.output) <= limit else r.model_copy(update={"output": r.output[-limit:]})
+        for r in runs
+    )
 
 
 def default_session_id(plan: Plan) -> str:
@@ -223,6 +236,10 @@ class PlanWorkflow(PauseHandlers):
         self._merge_from = 0
         self._batched = False  # at most START_BATCH starts per pass (versions.START_BATCH)
         self._settled: frozenset[str] = frozenset()  # versions.SETTLED
+        # The plan's own check on the merged result (``domain/checks.py``): its runs, and
+        # the failure it ended the plan with.
+        self._plan_checks: list[CheckRun] = []
+        self._check_error: ErrorInfo | None = None
 
     def _wake(self) -> None:
         """Something changed: the scheduler looks again."""
@@ -299,6 +316,8 @@ class PlanWorkflow(PauseHandlers):
             duration_s=max(elapsed, 0.0),
             cancelled=self._cancelled,
             workspace=self._workspace_summary(),
+            checks=tuple(self._plan_checks),
+            error=self._check_error,
         )
 
     def _progress_report(self) -> PlanReport:
@@ -584,6 +603,8 @@ class PlanWorkflow(PauseHandlers):
             workflow.continue_as_new(self._continued(inp), memo=workflow.memo())
 
         await self._publish(plan)
+        if plan.check:
+            await self._check_result(plan)
         full = self._report()
         self._visibility.end(full)
         report = full
@@ -598,6 +619,12 @@ class PlanWorkflow(PauseHandlers):
             )
             report = self._small(full, ref)
         await self._notify(plan, report)
+        if report.status is PlanStatus.FAILED and self._check_error is not None:
+            raise plan_failed_error(
+                f"plan {plan.id!r} failed: every subtask completed, but its check failed "
+                f"on the merged result: {self._check_error.type}: {self._check_error.message}",
+                report,
+            )
         if report.status is PlanStatus.FAILED:
             failed = [r for r in full.subtasks if r.status is SubtaskStatus.FAILED]
             first = failed[0]
@@ -609,6 +636,36 @@ class PlanWorkflow(PauseHandlers):
                 report,
             )
         return report
+
+    async def _check_result(self, plan: Plan) -> None:
+        """The plan's ``check`` on the merged result, once every subtask completed (one
+        round: nobody is left to fix it); a failure makes the report ``failed`` with
+        ``CheckFailed``. Only a plan with a ``check`` gets here (no run recorded before)."""
+        if self._cancelled or any(
+            self._status_of(s.id) is not SubtaskStatus.COMPLETED for s in plan.subtasks
+        ):
+            return
+        published = self._published
+        if published is None or published.result is None:
+            self._check_error = ErrorInfo(
+                type=FailureType.CHECK_FAILED,
+                message="the plan's check could not run: its result was not published",
+            )
+            return
+        tree = WorkspaceRef(
+            plan_id=plan.id,
+            tree="plan-check",
+            head=published.result,
+            identity=plan_identity(plan.id),
+        )
+        assert plan.check is not None
+        failed = await run_check_round(tree, plan.check, 1, on_run=self._plan_checks.append)
+        if failed is not None:
+            self._check_error = ErrorInfo(
+                type=FailureType.CHECK_FAILED,
+                message=f"{failure_line(failed)} on the merged result; its output ends "
+                f"with:\n{failed.output[-1500:]}",
+            )
 
     async def _list_mcp_tools(
         self, plan: Plan, catalog: AgentCatalog
@@ -781,6 +838,7 @@ class PlanWorkflow(PauseHandlers):
             mcp_tools=self._mcp_tools or (),
             workspace=self._workspace_start(plan, sid, retries),
             plan_data=inp.plan_data,
+            check_rounds=plan.check_rounds,
         )
         self._running[sid] = asyncio.create_task(self._run_child(plan, sid, child_input))
 
@@ -834,6 +892,7 @@ class PlanWorkflow(PauseHandlers):
                     models=outcome.models,
                     session_id=outcome.branch_session_id,
                     commit=outcome.commit,
+                    checks=kept_checks(plan, outcome.checks),
                 )
             )
         except asyncio.CancelledError:
@@ -859,6 +918,7 @@ class PlanWorkflow(PauseHandlers):
                     models=details.models if details else (),
                     session_id=details.branch_session_id if details else None,
                     commit=details.commit if details else None,
+                    checks=kept_checks(plan, details.checks) if details else (),
                 )
             )
             self.pause_desk.failed(result, ran_with=child_input.budget)

@@ -14,6 +14,7 @@ resolution); its result is the tree's last commit, and a failure names its attem
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
@@ -21,6 +22,13 @@ from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
+    from durable_plans.domain.checks import (
+        DEFAULT_CHECK_ROUNDS,
+        CheckRun,
+        failure_line,
+        feedback_message,
+        shown,
+    )
     from durable_plans.domain.contracts import (
         ACT_BEGIN_SUBTASK,
         ACT_END_SUBTASK,
@@ -32,7 +40,11 @@ with workflow.unsafe.imports_passed_through():
         SubtaskInput,
         SubtaskOutcome,
     )
-    from durable_plans.domain.failures import activity_failure, subtask_failed_error
+    from durable_plans.domain.failures import (
+        FailureType,
+        activity_failure,
+        subtask_failed_error,
+    )
     from durable_plans.domain.ids import (
         attempt_key,
         branch_session_id,
@@ -44,9 +56,13 @@ with workflow.unsafe.imports_passed_through():
 from durable_plans.workflows import versions
 from durable_plans.workflows.agent_loop import AgentLoop, LoopFailed
 from durable_plans.workflows.approvals import ApprovalHandlers
+from durable_plans.workflows.checks import run_check_round, tell_the_model
 from durable_plans.workflows.live import release
 from durable_plans.workflows.store_ops import store_op
 from durable_plans.workflows.workspace import WorkspaceStepFailed, start_head
+
+# What a passing check's run keeps of its output in the outcome and the report.
+PASSED_OUTPUT_CHARS = 500
 
 
 @workflow.defn(name=SUBTASK_WORKFLOW)
@@ -56,19 +72,24 @@ class SubtaskWorkflow(ApprovalHandlers):
         self._loop: AgentLoop | None = None
         # The LLM calls' live text, for dplan run/status --follow (workflows/live.py).
         self._stream = WorkflowStream()
+        # Its check runs, every round's (none without a check: ``domain/checks.py``).
+        self._checks: list[CheckRun] = []
 
     @workflow.query
     def progress(self) -> dict[str, object]:
         loop = self._loop
         if loop is None:
             return {"phase": "starting", "turn": 0, "llm_calls": 0, "usage": {}}
-        return {
+        progress: dict[str, object] = {
             "phase": loop.phase,
             "turn": loop.turn,
             "llm_calls": loop.llm_calls,
             "usage": loop.usage.model_dump(),
             "latest": loop.latest,
         }
+        if self._checks:
+            progress["checks"] = [c.model_dump(mode="json") for c in self._checks]
+        return progress
 
     @workflow.run
     async def run(self, inp: SubtaskInput) -> SubtaskOutcome:
@@ -99,6 +120,11 @@ class SubtaskWorkflow(ApprovalHandlers):
         )
         self.approval_desk.subtask = sub.id
         self._loop = loop
+        # Its checks: its own, else its agent's (``domain/checks.py``); a spawned sub-agent
+        # (depth > 0) is not gated by its agent's: its parent's checks judge the result.
+        agent_checks = spec.check if inp.depth == 0 else None
+        checks = sub.check if sub.check is not None else agent_checks
+        rounds = sub.check_rounds or spec.check_rounds or inp.check_rounds or DEFAULT_CHECK_ROUNDS
 
         begin = BeginSubtaskInput(
             plan_run_id=inp.plan_run_id,
@@ -128,7 +154,8 @@ class SubtaskWorkflow(ApprovalHandlers):
             # The first LLM call builds the branch and the answering one closes it: no
             # local activity of their own (each costs about a workflow task).
             loop.begin = begin
-            loop.close_on_answer = end(True)
+            # A checked subtask's branch is closed once its checks passed (below).
+            loop.close_on_answer = None if checks else end(True)
             loop.llm_local = inp.llm_local
         else:  # a run started before the change replays its begin_subtask step
             loop.phase = "isolating"
@@ -141,6 +168,7 @@ class SubtaskWorkflow(ApprovalHandlers):
                 usage=loop.usage,
                 branch_session_id=branch,
                 commit=loop.head,
+                checks=tuple(self._checks),
             )
 
         succeeded = False
@@ -153,7 +181,10 @@ class SubtaskWorkflow(ApprovalHandlers):
                 loop.workspace = WorkspaceRef(
                     plan_id=start.plan_id, tree=start.tree, head=head, identity=start.identity
                 )
-            answer = await loop.run(inp.max_turns or spec.max_turns)
+            max_turns = inp.max_turns or spec.max_turns
+            answer = await loop.run(max_turns)
+            if checks:
+                answer = await self._verified(loop, answer, checks, rounds, max_turns)
             succeeded = True
             return SubtaskOutcome(
                 result=answer,
@@ -162,6 +193,7 @@ class SubtaskWorkflow(ApprovalHandlers):
                 usage=loop.usage,
                 branch_session_id=branch,
                 commit=loop.head,
+                checks=tuple(self._checks),
             )
         except WorkspaceStepFailed as failure:
             raise subtask_failed_error(failure.type, failure.message, failure_details()) from None
@@ -182,3 +214,52 @@ class SubtaskWorkflow(ApprovalHandlers):
                 # this activity is scheduled normally and the branch is never left open.
                 await store_op(ACT_END_SUBTASK, end(succeeded))
             await release(self._stream)
+
+    def _keep(self, run: CheckRun) -> None:
+        """A check run, for the outcome: a passing run's output cut to its last lines (what
+        failed is what a reader needs), so many rounds stay a small payload."""
+        if run.passed and len(run.output) > PASSED_OUTPUT_CHARS:
+            run = run.model_copy(update={"output": run.output[-PASSED_OUTPUT_CHARS:]})
+        self._checks.append(run)
+
+    async def _verified(
+        self,
+        loop: AgentLoop,
+        answer: str,
+        checks: tuple[tuple[str, ...], ...],
+        rounds: int,
+        max_turns: int,
+    ) -> str:
+        """The answer once every check passed on the tree's last commit; a failed check
+        goes back to the model as a user message and the loop goes on, ``rounds`` failed
+        rounds at most (then ``CheckFailed``)."""
+        round_ = 1
+        while True:
+            if loop.workspace is None:
+                raise LoopFailed(
+                    FailureType.CHECK_FAILED,
+                    "checks need the workspace kept in git; this run has no tree to check",
+                )
+
+            def starting(argv: Sequence[str]) -> None:
+                loop.phase = f"checking: {shown(argv)}"[:200]
+
+            loop.phase = "checking"
+            failed = await run_check_round(
+                loop.workspace, checks, round_, on_run=self._keep, on_start=starting
+            )
+            if failed is None:
+                loop.phase = "checked"
+                return answer
+            if round_ >= rounds:
+                raise LoopFailed(
+                    FailureType.CHECK_FAILED,
+                    f"{failure_line(failed)} in {rounds} of {rounds} round(s); its output "
+                    f"ends with:\n{failed.output[-1500:]}",
+                )
+            loop.phase = "told of a failed check"
+            await tell_the_model(
+                loop.session_id, loop.scope, round_, feedback_message(failed, rounds - round_)
+            )
+            round_ += 1
+            answer = await loop.run(max_turns)

@@ -160,7 +160,8 @@ mcp = ["time", "git/git_status", "git/git_log"]
 
 
 async def test_the_fix_a_failing_test_example_runs_offline(client: Client, tmp_path: Path) -> None:
-    """The README's example: run the test, read the failure, fix the file, run it again."""
+    """The README's example: run the test, read the failure, fix the file, run it again;
+    the subtask is gated by its check, ``python -m unittest``."""
     workspace = tmp_path / "ws"
     shutil.copytree(EXAMPLE / "workspace", workspace)
     agents = EXAMPLE / "agents.toml"
@@ -181,6 +182,10 @@ async def test_the_fix_a_failing_test_example_runs_offline(client: Client, tmp_p
     assert "exit code 0" in runs[1] and "\nOK" in runs[1]
     assert "return a + b" in (result_text(workspace, plan.id, "calc.py") or "")
     assert "exit code 0" in (by_id(report)["fix"].result or "")
+    # Completed because `python -m unittest` passed on its last commit (its check).
+    [check] = by_id(report)["fix"].checks
+    assert check.argv == ("python", "-m", "unittest") and check.exit_code == 0
+    assert "OK" in check.output
 
 
 async def test_run_command_waits_for_approval_by_default(client: Client, tmp_path: Path) -> None:

@@ -403,8 +403,8 @@ def test_yaml_merge_keys_are_not_duplicates(tmp_path: Path) -> None:
         (
             {"agents": {"coder": "fast"}},
             "agents.coder: must be a table of settings (system_prompt, tools, max_turns, "
-            "model, fallback_models, approval, mcp, run_command, context_window), got a string "
-            "('fast')",
+            "model, fallback_models, approval, mcp, run_command, context_window, check, "
+            "check_rounds), got a string ('fast')",
         ),
         (
             {"agents": {"coder": {"max_turn": 3}}},
@@ -414,7 +414,7 @@ def test_yaml_merge_keys_are_not_duplicates(tmp_path: Path) -> None:
             {"agents": {"coder": {"colour": "red"}}},
             "agents.coder: unknown field 'colour' "
             "(known fields: system_prompt, tools, max_turns, model, fallback_models, approval, "
-            "mcp, run_command, context_window)",
+            "mcp, run_command, context_window, check, check_rounds)",
         ),
         (
             {"agents": {"coder": {"name": "coder"}}},

@@ -40,7 +40,7 @@ DPLAN = Path(sys.executable).with_name("dplan")
 ID_RULE = "(use 1-128 of A-Z a-z 0-9 _ . - and start with a letter or digit)"
 KNOWN_PLAN_FIELDS = (
     "(known fields: id, goal, session_id, max_parallel, budget, subtasks, notify, "
-    "on_failure, pause_timeout_s, workspace_base, approval)"
+    "on_failure, pause_timeout_s, workspace_base, check, check_rounds, approval)"
 )
 KNOWN_AGENTS = "known agents: architect, ask, coder, debug, orchestrator)"
 KNOWN_TOOLS = (
@@ -212,7 +212,7 @@ AGENT_EXPECTATIONS: Mapping[str, tuple[str, ...]] = {
     "unknown_field.toml": (
         "agents.coder: unknown field 'temperature' "
         "(known fields: system_prompt, tools, max_turns, model, fallback_models, approval, mcp, "
-        "run_command, context_window)",
+        "run_command, context_window, check, check_rounds)",
     ),
     "name_field.yaml": (
         "agents.reviewer: unknown field 'name' "

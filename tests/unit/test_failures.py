@@ -36,6 +36,7 @@ PERSISTED = {
     "Cancelled",
     "EmptyAnswer",
     "MaxTurnsReached",
+    "CheckFailed",
     "InvalidAgentSwitch",
     "InvalidInput",
     "ApprovalRefused",

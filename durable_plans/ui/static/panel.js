@@ -136,6 +136,18 @@
     panel.append(h("h3", {}, "description"), h("pre", { class: "live" }, def.description));
     if (r.error) panel.append(h("h3", {}, "error"), h("div", { class: "error-box", id: "subtask-error" }, `${r.error.type}: ${r.error.message}`));
     if (r.result) panel.append(h("h3", {}, "result"), h("pre", {}, r.result));
+    if (r.checks && r.checks.length) {
+      // Each check run (docs/plans.md, "Checks"): passed or not, and a failed one's output.
+      const list = h("ul", { id: "subtask-checks" });
+      for (const c of r.checks) {
+        const how = c.timed_out ? "timed out" : `exit ${c.exit_code}`;
+        const ok = c.exit_code === 0 && !c.timed_out;
+        const item = h("li", {}, `${ok ? "✓" : "✗"} round ${c.round}: ${c.argv.join(" ")} → ${how} in ${c.duration_s.toFixed(1)}s`);
+        if (!ok) item.append(h("pre", {}, c.output));
+        list.append(item);
+      }
+      panel.append(h("h3", {}, "checks"), list);
+    }
     const subs = page.graph.subagentsOf(sid);
     if (subs.length) {
       const list = h("ul", {});

@@ -1,0 +1,81 @@
+"""Checks in workflows: run a subtask's or a plan's check commands, one activity each.
+
+Every command is an activity (``run_check``) whose result is recorded in history: a
+replay reads it, a crash after it never runs it again, and a worker lost while it runs
+has it run again by the next worker (it is idempotent: a throwaway copy of the tree).
+Commands run in order and a round stops at the first that fails.
+
+Nothing here runs unless a ``check`` is set, which no run recorded before has: runs
+without one issue exactly the commands they always did (no patch needed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from durable_plans.domain.checks import (
+        ACT_APPEND_CHECK_FEEDBACK,
+        ACT_RUN_CHECK,
+        DEFAULT_CHECK_TIMEOUT_S,
+        CheckFeedbackInput,
+        CheckInput,
+        CheckRun,
+        shown,
+    )
+    from durable_plans.domain.workspace import WorkspaceRef
+
+from durable_plans.workflows import policies
+from durable_plans.workflows.store_ops import store_op
+
+# A worker lost mid-check: the next one runs it again (a failing command is a result,
+# not an error; what is retried is a check that could not run at all).
+CHECK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=5,
+    non_retryable_error_types=["WorkspaceUnavailable"],
+)
+
+
+async def run_check_round(
+    workspace: WorkspaceRef,
+    commands: Sequence[Sequence[str]],
+    round_: int,
+    *,
+    on_run: Callable[[CheckRun], None] | None = None,
+    on_start: Callable[[Sequence[str]], None] | None = None,
+    timeout_s: float = DEFAULT_CHECK_TIMEOUT_S,
+) -> CheckRun | None:
+    """Run ``commands`` on ``workspace``'s head in order; the first that failed, or None
+    when every one passed. ``on_run`` sees each run as it is recorded."""
+    for argv in commands:
+        if on_start is not None:
+            on_start(argv)
+        run: CheckRun = await workflow.execute_activity(
+            ACT_RUN_CHECK,
+            CheckInput(workspace=workspace, argv=tuple(argv), round=round_, timeout_s=timeout_s),
+            result_type=CheckRun,
+            start_to_close_timeout=timedelta(seconds=timeout_s + 120),
+            heartbeat_timeout=policies.SHORT_HEARTBEAT,
+            retry_policy=CHECK_RETRY,
+            summary=f"check (round {round_}): {shown(argv)}"[:200],
+        )
+        if on_run is not None:
+            on_run(run)
+        if not run.passed:
+            return run
+    return None
+
+
+async def tell_the_model(session_id: str, scope: str, round_: int, text: str) -> None:
+    """A failed check, as a user message in the subtask's conversation."""
+    await store_op(
+        ACT_APPEND_CHECK_FEEDBACK,
+        CheckFeedbackInput(session_id=session_id, scope=scope, round=round_, text=text),
+        result_type=int,
+    )
