@@ -1,35 +1,50 @@
-"""Big plans: a 10,000-subtask plan beside a 1,000-subtask one of the same shape.
+"""Big plans, on the path users run beside the in-process one.
 
-    python -m bench.big_plans [--short]
+    python -m bench.big_plans [--short] [--sizes N ...] [--shapes fanout,chains]
+                              [--agents ask,coder] [--paths in-process/memory,...]
+                              [--no-floor]
 
-One dev server, one in-process worker (``build_worker``), a SQLite session store in a
-temporary directory, the offline scripted model at ``DPLAN_SCRIPTED_LATENCY_MS=0``: what
-is measured is orchestration, never a model (``bench.scale``'s setup).
+The offline scripted model at ``DPLAN_SCRIPTED_LATENCY_MS=0``: what is measured is
+orchestration, never a model. Three paths, printed side by side as ratios in one run:
 
-Both plans have one shape, scaled: a root subtask, half the plan as chains of 10 hanging
-off it, the other half a wide fan-out off the root, ``max_parallel`` 300, descriptions of
-about 300 characters, agent ``ask`` (one scripted LLM call per subtask, no tool). Both
-are past what travels whole (the 1,000-subtask plan's input is about 350 KiB, the line
-is 256 KiB), so both go by reference (``domain.plan_data``), sent packed by a client that
-cannot reach the session store, as a service would.
+* ``in-process/memory``: worker and client in this process (``build_worker``), a dev
+  server in memory: what this bench measured alone before issue 30;
+* ``process/memory``: a ``dplan-worker`` process configured through its environment (as
+  the README starts one), the client here, the same kind of server;
+* ``process/file``: the same worker against a dev server writing its state file
+  (``--db-filename``), as ``dplan run --embedded`` runs it: the user's path.
 
-Printed per plan: wall time from the start request to the report, subtasks/s and its
-ratio to the small plan's (the goal: no slowdown with size), and for every PlanWorkflow
-run (continue-as-new followed back from the last run): events and history bytes against
-Temporal's limits (51,200 events, 50 MiB; the goal is under 10 %), the run's input and
-the largest single payload in its history (the server refuses one above 2 MiB and warns
-above 512 KiB), and the size of the result the client got (a summary past 1,000 rows).
+Both shapes of issue 30 (``fanout``: a root and a fan-out off it; ``chains``: chains of
+10), both agents (``ask``: one scripted LLM call; ``coder``: tool calls and the git
+workspace), ``max_parallel`` 300, descriptions of about 300 characters; past 256 KiB a
+plan goes by reference (``domain.plan_data``), sent packed by a client that cannot reach
+the session store, as a service would. Beside them, on each server, the bare Temporal
+workflow of the same shape (``bench.temporal_floor``: a parent starting one child per
+subtask, each child one local activity that does nothing): what the dev server's own
+persistence costs, which no change of ours can go below.
 
-``--short`` (CI): 100 subtasks (sent whole) and 1,000 (by reference), the same shape,
-about a minute.
-Nothing is asserted: the numbers are for reading.
+Printed per plan: wall time from the start request to the report, subtasks/s, the worker's
+and the dev server's CPU per subtask (``/proc``; in-process, the worker's figure is this
+process's, client included), the plan's workflow tasks (how long they waited to be
+picked up, Scheduled→Started, and ran, Started→Completed, on the server's clock) and
+those of a sample of its SubtaskWorkflows, history sizes against Temporal's limits; then
+the ratios and the goals: ``process/memory`` within 1.3x of ``in-process/memory``; the
+10,000-subtask chains at >= 0.9x the 1,000-subtask rate on ``process/file`` (full mode).
+
+``--short`` (CI): 100 subtasks per case, both shapes, both agents, the three paths and the
+floor; about two minutes. Full mode: 1,000 per case, and the 10,000-subtask chains
+(``ask``) on the user's path. ``--shapes mixed`` runs the shape this bench had before (a
+root, chains and a fan-out off it). Nothing is asserted: the numbers are for reading.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import os
+import subprocess
 import time
 import uuid
 from collections.abc import Sequence
@@ -40,28 +55,27 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
-from bench._rig import (
-    bench_dirs,
-    bench_settings,
-    embedded_server,
-    running_worker,
-    scripted_latency_zero,
-)
-from bench.scale import (
-    HISTORY_EVENT_LIMIT,
-    CoreLogCounter,
-    core_runtime,
-)
+from bench._rig import bench_dirs, bench_settings, running_worker, scripted_latency_zero
+from bench._user_path import SERVER_KINDS, WorkerProcess, cpu_seconds, dev_server, worker_env
+from bench.scale import HISTORY_EVENT_LIMIT, CoreLogCounter, core_runtime
+from bench.temporal_floor import floor_worker, run_temporal_floor
 from durable_plans.activities.scripted_model import LATENCY_ENV, SCRIPTED_MODEL
 from durable_plans.client._plans import start_plan
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
+from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.settings import Settings
 
 MAX_PARALLEL = 300
 # One scripted call per subtask (``ask`` has no tools): what grows with the plan is the
 # orchestration, which is what this measures; bench.scale runs the tool-calling coder.
 AGENT = "ask"
+AGENTS = ("ask", "coder")
+SHAPES = ("fanout", "chains")
+PATHS = ("in-process/memory", "process/memory", "process/file")
 CHAIN = 10
+CHILD_SAMPLE = 40  # SubtaskWorkflows whose workflow tasks are read, spread over the plan
+GOAL_PROCESS_VS_IN_PROCESS = 1.3  # in-process rate / worker-process rate, in-memory server
+GOAL_BIG_VS_SMALL = 0.9  # 10,000-subtask chains rate / 1,000-subtask rate, user's path
 HISTORY_BYTES_LIMIT = 50 * 1024 * 1024
 PAYLOAD_LIMIT = 2 * 1024 * 1024
 FILLER = (
@@ -102,6 +116,16 @@ def wide_plan(subtasks: int, *, prefix: str = "big") -> Plan:
 
 
 @dataclass(frozen=True)
+class TaskTimes:
+    """Workflow tasks on the server's clock, in ms: how long each waited for a worker to
+    pick it up (Scheduled→Started: no free slot, or no poller) and how long it ran
+    (Started→Completed: a local activity keeps its task open)."""
+
+    wait_ms: tuple[float, ...] = ()
+    run_ms: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
 class Run:
     events: int
     bytes: int
@@ -111,6 +135,8 @@ class Run:
     # Workflow task durations (started to completed, the server's clock), in ms: what one
     # activation of the plan costs, which the SDK bounds at 2 s of wall time.
     task_ms: tuple[float, ...] = ()
+    task_wait_ms: tuple[float, ...] = ()
+    children: tuple[str, ...] = ()
 
     @property
     def slowest_task_ms(self) -> float:
@@ -125,10 +151,35 @@ class Result:
     report_bytes: int
     listed: int
     runs: list[Run]
+    case: Case | None = None
+    worker_cpu_s: float = 0.0
+    server_cpu_s: float = 0.0
+    child_tasks: TaskTimes = dataclasses.field(default_factory=TaskTimes)
 
     @property
     def rate(self) -> float:
         return self.subtasks / self.wall_s
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The bare Temporal workflow of a shape on one server kind."""
+
+    server: str
+    shape: str
+    subtasks: int
+    wall_s: float
+    server_cpu_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.subtasks / self.wall_s
+
+
+@dataclass(frozen=True)
+class Measured:
+    results: list[Result]
+    floors: list[Floor]
 
 
 def largest_payload(event: HistoryEvent) -> int:
@@ -167,6 +218,18 @@ def task_durations_ms(events: Sequence[HistoryEvent]) -> tuple[float, ...]:
     return tuple(out)
 
 
+def task_times(events: Sequence[HistoryEvent]) -> TaskTimes:
+    """Each workflow task's wait (Scheduled→Started) and run (Started→Completed)."""
+    at = {e.event_id: e.event_time.ToNanoseconds() / 1e6 for e in events}
+    waits: list[float] = []
+    for e in events:
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            scheduled = at.get(e.workflow_task_started_event_attributes.scheduled_event_id)
+            if scheduled is not None:
+                waits.append(at[e.event_id] - scheduled)
+    return TaskTimes(tuple(waits), task_durations_ms(events))
+
+
 async def plan_runs(client: Client, workflow_id: str) -> list[Run]:
     runs: list[Run] = []
     run_id: str | None = None
@@ -183,6 +246,12 @@ async def plan_runs(client: Client, workflow_id: str) -> list[Run]:
                 continued=events[-1].event_type
                 == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
                 task_ms=task_durations_ms(events),
+                task_wait_ms=task_times(events).wait_ms,
+                children=tuple(
+                    e.child_workflow_execution_started_event_attributes.workflow_execution.workflow_id
+                    for e in events
+                    if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED
+                ),
             )
         )
         run_id = started.continued_execution_run_id or None
@@ -192,89 +261,377 @@ async def plan_runs(client: Client, workflow_id: str) -> list[Run]:
     return runs
 
 
-async def one_plan(client: Client, settings: Settings, subtasks: int) -> Result:
-    plan = wide_plan(subtasks)
-    t0 = time.perf_counter()
+def shape_plan(shape: str, subtasks: int, agent: str, *, prefix: str = "big") -> Plan:
+    """The user's-path shapes of issue 30: ``fanout``, a root and a fan-out of
+    ``subtasks - 1`` off it; ``chains``, ``subtasks / CHAIN`` independent chains of
+    ``CHAIN``, declared layer by layer; ``mixed``, ``wide_plan``'s root, chains and fan-out."""
+    if shape == "mixed":
+        plan = wide_plan(subtasks, prefix=prefix)
+        retyped = tuple(s.model_copy(update={"agent": agent}) for s in plan.subtasks)
+        return plan.model_copy(update={"subtasks": retyped})
+    items: list[Subtask]
+    if shape == "fanout":
+        items = [Subtask(id="root", description=f"Survey the work. {FILLER}", agent=agent)]
+        items.extend(
+            Subtask(
+                id=f"f{i}", description=f"Item {i}: {FILLER}", agent=agent, depends_on=("root",)
+            )
+            for i in range(subtasks - 1)
+        )
+    elif shape == "chains":
+        chains = -(-subtasks // CHAIN)
+        items = [
+            Subtask(
+                id=f"c{c}-s{step}",
+                description=f"Chain {c}, step {step}: {FILLER}",
+                agent=agent,
+                depends_on=(f"c{c}-s{step - 1}",) if step else (),
+            )
+            for step in range(CHAIN)
+            for c in range(chains)
+            if c * CHAIN + step < subtasks
+        ]
+    else:
+        raise ValueError(f"unknown shape {shape!r}: one of {SHAPES}")
+    return Plan(
+        id=f"{prefix}-{shape}-{uuid.uuid4().hex[:10]}",
+        goal="big plan benchmark",
+        max_parallel=MAX_PARALLEL,
+        subtasks=tuple(items),
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    """One plan to run: where (``worker``: in-process or process; ``server``: memory or
+    file), its shape, agent and size."""
+
+    worker: str
+    server: str
+    shape: str
+    agent: str
+    subtasks: int
+
+    @property
+    def path(self) -> str:
+        return f"{self.worker}/{self.server}"
+
+
+async def one_plan(
+    client: Client, settings: Settings, plan: Plan, pids: tuple[int, int]
+) -> tuple[float, float, float, PlanReport]:
+    """Wall, worker CPU and server CPU seconds of one plan, and its report."""
+    worker_pid, server_pid = pids
+    w0, s0, t0 = cpu_seconds(worker_pid), cpu_seconds(server_pid), time.perf_counter()
     handle = await start_plan(client, plan, settings)  # no store: packed, as a service would
     report: PlanReport = await handle.result()
     wall = time.perf_counter() - t0
+    w1, s1 = cpu_seconds(worker_pid), cpu_seconds(server_pid)
     if report.status is not PlanStatus.COMPLETED:
         raise RuntimeError(f"plan {plan.id} ended {report.status.value}: {report.counts}")
+    return wall, w1 - w0, s1 - s0, report
+
+
+async def measure_one(
+    client: Client, settings: Settings, case: Case, pids: tuple[int, int]
+) -> Result:
+    plan = shape_plan(case.shape, case.subtasks, case.agent)
+    wall, worker_cpu, server_cpu, report = await one_plan(client, settings, plan, pids)
+    runs = await plan_runs(client, plan.id)
+    children = await child_tasks(client, [c for r in runs for c in r.children])
     return Result(
-        subtasks=subtasks,
+        subtasks=case.subtasks,
         plan_bytes=len(plan.model_dump_json()),
         wall_s=wall,
         report_bytes=len(report.model_dump_json()),
         listed=len(report.subtasks),
-        runs=await plan_runs(client, plan.id),
+        runs=runs,
+        case=case,
+        worker_cpu_s=worker_cpu,
+        server_cpu_s=server_cpu,
+        child_tasks=children,
     )
 
 
-async def measure(sizes: list[int]) -> list[Result]:
-    with scripted_latency_zero(), bench_dirs("big") as dirs:
-        async with embedded_server(core_runtime(CoreLogCounter())) as env:
-            settings = bench_settings(dirs, "big")
-            async with running_worker(env.client, settings):
-                await one_plan(env.client, settings, 3)  # warm-up: imports, sandbox
-                return [await one_plan(env.client, settings, n) for n in sizes]
+async def child_tasks(client: Client, child_ids: Sequence[str]) -> TaskTimes:
+    """Workflow-task timings of up to ``CHILD_SAMPLE`` SubtaskWorkflows, spread over the plan."""
+    if not child_ids:
+        return TaskTimes()
+    step = max(1, len(child_ids) // CHILD_SAMPLE)
+    waits: list[float] = []
+    runs: list[float] = []
+    for wid in child_ids[::step][:CHILD_SAMPLE]:
+        events = (await client.get_workflow_handle(wid).fetch_history()).events
+        times = task_times(events)
+        waits.extend(times.wait_ms)
+        runs.extend(times.run_ms)
+    return TaskTimes(tuple(waits), tuple(runs))
 
 
-def report(results: list[Result]) -> None:
-    print(
-        f"scripted model {SCRIPTED_MODEL}, {LATENCY_ENV}=0; SQLite session store; one dev "
-        f"server, one in-process worker; {os.cpu_count()} CPUs; a root, chains of {CHAIN} "
-        f"and a fan-out, max_parallel {MAX_PARALLEL}, agent {AGENT}; sent packed past "
-        "256 KiB (by reference)\n"
+_RUNTIME: list[Any] = []  # one runtime for the process: its core log counted, on stderr
+
+
+async def _connect(address: str) -> Client:
+    """A client of a dev server that may still be starting (up to a minute)."""
+    if not _RUNTIME:
+        _RUNTIME.append(core_runtime(CoreLogCounter()))
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return await Client.connect(
+                address, plugins=[DurablePlansPlugin()], runtime=_RUNTIME[0]
+            )
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.3)
+
+
+async def _warm(client: Client, settings: Settings, pids: tuple[int, int]) -> None:
+    """Imports, the sandbox's first load of each workflow, the agents' first calls."""
+    for agent in AGENTS:
+        await one_plan(client, settings, shape_plan("fanout", 3, agent, prefix="warm"), pids)
+
+
+async def _floor(client: Client, queue: str, shape: str, subtasks: int) -> float:
+    plan = shape_plan(shape, subtasks, "ask")
+    return await run_temporal_floor(
+        client, plan, queue, 0.0, tool_as_local_activity=True, llm_calls=1, llm_local=True
     )
-    base = results[0]
+
+
+async def measure(cases: Sequence[Case], floor_sizes: Sequence[tuple[str, int]]) -> Measured:
+    """Every case, grouped by server (one dev server process of each kind asked for, one
+    after the other); on each server the in-process worker and the ``dplan-worker``
+    process both poll their own queue, and the cases alternate between them in the
+    order given. The bare-Temporal floor (``floor_sizes``: shape, subtasks) runs on each
+    server too, in this process."""
+    results: list[Result] = []
+    floors: list[Floor] = []
+    with scripted_latency_zero(), bench_dirs("big") as dirs, contextlib.ExitStack() as stack:
+        for kind in [k for k in SERVER_KINDS if any(c.server == k for c in cases)]:
+            server = stack.enter_context(dev_server(dirs.root, kind))
+            client = await _connect(server.address)
+            here = [c for c in cases if c.server == kind]
+            settings = {
+                "in-process": bench_settings(dirs, "big", temporal_address=server.address),
+                "process": bench_settings(dirs, "bigp", temporal_address=server.address),
+            }
+            async with contextlib.AsyncExitStack() as workers:
+                pids: dict[str, tuple[int, int]] = {}
+                if any(c.worker == "in-process" for c in here):
+                    await workers.enter_async_context(
+                        running_worker(client, settings["in-process"])
+                    )
+                    pids["in-process"] = (os.getpid(), server.pid)
+                if any(c.worker == "process" for c in here):
+                    root = dirs.root / f"worker-{kind}"
+                    (root / "workspace").mkdir(parents=True)
+                    (root / "workspace" / "README.md").write_text("# bench workspace\n")
+                    env = worker_env(server.address, settings["process"].task_queue, root)
+                    proc = workers.enter_context(WorkerProcess(env, dirs.root / f"{kind}.log"))
+                    pids["process"] = (proc.pid, server.pid)
+                for worker, p in pids.items():
+                    await _warm(client, settings[worker], p)
+                for case in here:
+                    result = await measure_one(
+                        client, settings[case.worker], case, pids[case.worker]
+                    )
+                    results.append(result)
+                    print(f"  {_row(result)}", flush=True)
+            floor_queue = f"floor-{uuid.uuid4().hex[:8]}"
+            async with floor_worker(client, floor_queue):
+                await _floor(client, floor_queue, "fanout", 3)  # warm-up
+                for shape, n in floor_sizes:
+                    s0 = cpu_seconds(server.pid)
+                    wall = await _floor(client, floor_queue, shape, n)
+                    floors.append(Floor(kind, shape, n, wall, cpu_seconds(server.pid) - s0))
+                    print(f"  floor {kind} {shape} {n}: {n / wall:.1f} subtasks/s", flush=True)
+    return Measured(results, floors)
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+ROW_HEAD = (
+    f"{'path':<19}{'shape':<8}{'agent':<7}{'subtasks':>9}{'wall s':>8}{'subtasks/s':>11}"
+    f"{'worker ms/st':>13}{'server ms/st':>13}{'plan WFT wait p50/max ms':>26}"
+    f"{'plan WFT run p50/max':>22}{'child WFT wait p50/p95':>24}{'child WFT run p50/p95':>23}"
+)
+
+
+def _row(r: Result) -> str:
+    case = r.case or Case("in-process", "memory", "mixed", AGENT, r.subtasks)
+    waits = [w for run in r.runs for w in run.task_wait_ms]
+    runs = [t for run in r.runs for t in run.task_ms]
+    child = r.child_tasks
+    return (
+        f"{case.path:<19}{case.shape:<8}{case.agent:<7}{r.subtasks:>9}{r.wall_s:>8.1f}"
+        f"{r.rate:>11.1f}{r.worker_cpu_s * 1000 / r.subtasks:>13.0f}"
+        f"{r.server_cpu_s * 1000 / r.subtasks:>13.0f}"
+        f"{f'{_pct(waits, 0.5):.0f}/{max(waits, default=0):.0f}':>26}"
+        f"{f'{_pct(runs, 0.5):.0f}/{max(runs, default=0):.0f}':>22}"
+        f"{f'{_pct(child.wait_ms, 0.5):.0f}/{_pct(child.wait_ms, 0.95):.0f}':>24}"
+        f"{f'{_pct(child.run_ms, 0.5):.0f}/{_pct(child.run_ms, 0.95):.0f}':>23}"
+    )
+
+
+def load() -> str:
+    """``uptime``'s load averages: the machine is shared, so every figure says its load."""
+    try:
+        return subprocess.run(
+            ["uptime"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except OSError:
+        return "(uptime unavailable)"
+
+
+def report(measured: Measured, *, load_before: str) -> None:
+    results, floors = measured.results, measured.floors
     print(
-        f"{'subtasks':>9}{'plan KiB':>10}{'wall s':>9}{'subtasks/s':>12}{'x small':>9}"
-        f"{'runs':>6}{'max events':>12}{'max hist KiB':>14}{'max input KiB':>15}"
-        f"{'max payload KiB':>17}{'result KiB':>12}{'rows':>7}{'slowest task ms':>17}"
+        f"\nscripted model {SCRIPTED_MODEL}, {LATENCY_ENV}=0; {os.cpu_count()} CPUs; "
+        f"max_parallel {MAX_PARALLEL}; chains of {CHAIN}; sent packed past 256 KiB "
+        f"(by reference)\nload before: {load_before}\nload after:  {load()}\n"
+    )
+    print(ROW_HEAD)
+    for r in results:
+        print(_row(r))
+    _history_table(results)
+    by = {(r.case.path, r.case.shape, r.case.agent, r.subtasks): r for r in results if r.case}
+    print("\nratios, in this run (subtasks/s; > 1: the first is faster):")
+    for (path, shape, agent, n), r in by.items():
+        if path != "process/memory":
+            continue
+        inproc = by.get(("in-process/memory", shape, agent, n))
+        onfile = by.get(("process/file", shape, agent, n))
+        parts = []
+        if inproc is not None:
+            slower = inproc.rate / r.rate
+            verdict = "met" if slower <= GOAL_PROCESS_VS_IN_PROCESS else "NOT met"
+            parts.append(
+                f"in-process / process (memory) {slower:.2f}x "
+                f"(goal <= {GOAL_PROCESS_VS_IN_PROCESS}: {verdict})"
+            )
+        if onfile is not None:
+            parts.append(f"process memory / file {r.rate / onfile.rate:.2f}x")
+        print(f"  {shape:<7} {agent:<6} {n:>6}: " + "; ".join(parts))
+    floor_by = {(f.server, f.shape, f.subtasks): f for f in floors}
+    for (server, shape, n), f in floor_by.items():
+        ours = by.get((f"process/{server}", shape, "ask", n))
+        vs = f", dplan ask {ours.rate:.1f}/s = {ours.rate / f.rate:.2f} of it" if ours else ""
+        print(
+            f"  floor (bare Temporal, same shape) {server:<6} {shape:<7} {n:>6}: "
+            f"{f.rate:.1f} subtasks/s, server {f.server_cpu_s * 1000 / n:.0f} ms/subtask{vs}"
+        )
+        if server == "file" and ("memory", shape, n) in floor_by:
+            mem = floor_by[("memory", shape, n)]
+            print(
+                f"    the dev server's state file alone: floor memory / file "
+                f"{mem.rate / f.rate:.2f}x"
+            )
+    chains = sorted(
+        (
+            r
+            for r in results
+            if r.case and r.case.path == "process/file" and r.case.shape == "chains"
+        ),
+        key=lambda r: r.subtasks,
+    )
+    for agent in AGENTS:
+        sized = [r for r in chains if r.case and r.case.agent == agent]
+        if len(sized) >= 2 and sized[-1].subtasks >= 10 * sized[0].subtasks:
+            small, big = sized[0], sized[-1]
+            ratio = big.rate / small.rate
+            verdict = "met" if ratio >= GOAL_BIG_VS_SMALL else "NOT met"
+            print(
+                f"  chains {agent} on process/file: {big.subtasks} / {small.subtasks} "
+                f"subtasks rate {ratio:.2f}x (goal >= {GOAL_BIG_VS_SMALL}: {verdict})"
+            )
+
+
+def _history_table(results: list[Result]) -> None:
+    print(
+        f"\n{'path':<19}{'shape':<8}{'agent':<7}{'subtasks':>9}{'plan KiB':>10}{'runs':>6}"
+        f"{'max events':>12}{'/ 51,200':>10}{'max hist KiB':>14}{'/ 50 MiB':>10}"
+        f"{'max input KiB':>15}{'max payload KiB':>17}{'result KiB':>12}{'rows':>7}"
     )
     for r in results:
+        case = r.case or Case("in-process", "memory", "mixed", AGENT, r.subtasks)
+        events = max(x.events for x in r.runs)
+        hist = max(x.bytes for x in r.runs)
         print(
-            f"{r.subtasks:>9}{r.plan_bytes / 1024:>10.0f}{r.wall_s:>9.1f}{r.rate:>12.1f}"
-            f"{r.rate / base.rate:>9.2f}{len(r.runs):>6}{max(x.events for x in r.runs):>12}"
-            f"{max(x.bytes for x in r.runs) / 1024:>14.0f}"
+            f"{case.path:<19}{case.shape:<8}{case.agent:<7}{r.subtasks:>9}"
+            f"{r.plan_bytes / 1024:>10.0f}{len(r.runs):>6}{events:>12}"
+            f"{events / HISTORY_EVENT_LIMIT:>10.1%}{hist / 1024:>14.0f}"
+            f"{hist / HISTORY_BYTES_LIMIT:>10.1%}"
             f"{max(x.input_bytes for x in r.runs) / 1024:>15.0f}"
             f"{max(x.largest_payload for x in r.runs) / 1024:>17.0f}"
             f"{r.report_bytes / 1024:>12.0f}{r.listed:>7}"
-            f"{max(x.slowest_task_ms for x in r.runs):>17.0f}"
         )
-    for r in results:
-        print(f"\n  {r.subtasks} subtasks, PlanWorkflow runs (oldest first):")
-        print(
-            f"    {'run':>4}{'events':>8}{'/ 51,200':>10}{'history KiB':>13}{'/ 50 MiB':>10}"
-            f"{'input KiB':>11}{'largest payload KiB':>21}{'tasks':>7}{'slowest ms':>12}  ended"
-        )
-        for i, x in enumerate(r.runs, 1):
-            print(
-                f"    {i:>4}{x.events:>8}{x.events / HISTORY_EVENT_LIMIT:>10.1%}"
-                f"{x.bytes / 1024:>13.0f}{x.bytes / HISTORY_BYTES_LIMIT:>10.1%}"
-                f"{x.input_bytes / 1024:>11.0f}{x.largest_payload / 1024:>21.0f}"
-                f"{len(x.task_ms):>7}{x.slowest_task_ms:>12.0f}  "
-                f"{'continued-as-new' if x.continued else 'closed'}"
-            )
+
+
+def cases_for(
+    sizes: Sequence[int], shapes: Sequence[str], agents: Sequence[str], paths: Sequence[str]
+) -> list[Case]:
+    """Every (path, shape, agent, size), the paths of one server interleaved, so the
+    in-process and the process worker see the same minutes of machine load."""
+    out = []
+    for size in sizes:
+        for shape in shapes:
+            for agent in agents:
+                for path in paths:
+                    worker, server = path.split("/")
+                    out.append(Case(worker, server, shape, agent, size))
+    return out
+
+
+async def run(cases: Sequence[Case], floor_sizes: Sequence[tuple[str, int]]) -> None:
+    before = load()
+    report(await measure(cases, floor_sizes), load_before=before)
 
 
 async def main(short: bool) -> None:
     """Entry point for ``python -m bench`` (one parameter: ``bench/__main__.py``)."""
-    await run_sizes([100, 1_000] if short else [1_000, 10_000])
+    if short:
+        cases = cases_for([100], SHAPES, AGENTS, PATHS)
+        await run(cases, [(shape, 100) for shape in SHAPES])
+        return
+    cases = cases_for([1_000], SHAPES, AGENTS, PATHS)
+    cases.append(Case("process", "file", "chains", "ask", 10_000))
+    await run(cases, [(shape, 1_000) for shape in SHAPES])
 
 
-async def run_sizes(sizes: list[int]) -> None:
-    report(await measure(sizes))
+def _csv(value: str, known: Sequence[str]) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [v for v in items if v not in known]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}; known: {', '.join(known)}")
+    return items
 
 
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--short", action="store_true", help="100 and 1,000 subtasks (CI)")
+    parser.add_argument("--short", action="store_true", help="100 subtasks per case (CI)")
     parser.add_argument(
         "--sizes", type=int, nargs="+", metavar="N", help="plan sizes to run, smallest first"
     )
+    parser.add_argument(
+        "--shapes", type=lambda v: _csv(v, (*SHAPES, "mixed")), default=list(SHAPES)
+    )
+    parser.add_argument("--agents", type=lambda v: _csv(v, AGENTS), default=list(AGENTS))
+    parser.add_argument("--paths", type=lambda v: _csv(v, PATHS), default=list(PATHS))
+    parser.add_argument("--no-floor", dest="floor", action="store_false")
     args = parser.parse_args()
-    asyncio.run(run_sizes(args.sizes) if args.sizes else main(args.short))
+    if not args.sizes:
+        asyncio.run(main(args.short))
+        return
+    cases = cases_for(args.sizes, args.shapes, args.agents, args.paths)
+    floors = [(shape, n) for n in args.sizes for shape in args.shapes] if args.floor else []
+    asyncio.run(run(cases, floors))
 
 
 if __name__ == "__main__":
