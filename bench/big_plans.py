@@ -44,11 +44,14 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import signal
 import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -71,7 +74,7 @@ MAX_PARALLEL = 300
 AGENT = "ask"
 AGENTS = ("ask", "coder")
 SHAPES = ("fanout", "chains")
-PATHS = ("in-process/memory", "process/memory", "process/file")
+PATHS = ("in-process/memory", "process/memory", "cli/memory", "process/file", "cli/file")
 CHAIN = 10
 CHILD_SAMPLE = 40  # SubtaskWorkflows whose workflow tasks are read, spread over the plan
 GOAL_PROCESS_VS_IN_PROCESS = 1.3  # in-process rate / worker-process rate, in-memory server
@@ -333,10 +336,18 @@ async def one_plan(
 
 
 async def measure_one(
-    client: Client, settings: Settings, case: Case, pids: tuple[int, int]
+    client: Client,
+    settings: Settings,
+    case: Case,
+    pids: tuple[int, int],
+    cli_env: dict[str, str] | None = None,
 ) -> Result:
     plan = shape_plan(case.shape, case.subtasks, case.agent)
-    wall, worker_cpu, server_cpu, report = await one_plan(client, settings, plan, pids)
+    if case.worker == "cli":
+        assert cli_env is not None
+        wall, worker_cpu, server_cpu, report = await cli_plan(client, plan, pids, cli_env)
+    else:
+        wall, worker_cpu, server_cpu, report = await one_plan(client, settings, plan, pids)
     runs = await plan_runs(client, plan.id)
     children = await child_tasks(client, [c for r in runs for c in r.children])
     return Result(
@@ -351,6 +362,47 @@ async def measure_one(
         server_cpu_s=server_cpu,
         child_tasks=children,
     )
+
+
+async def cli_plan(
+    client: Client, plan: Plan, pids: tuple[int, int], env: dict[str, str]
+) -> tuple[float, float, float, PlanReport]:
+    """The plan run by ``dplan run PLAN`` in a process of its own (output to a file, as
+    in a pipe: one line per change, the running subtasks followed), as a user runs it.
+    Wall time is the plan's own, from its start event to its close event on the server's
+    clock: the command's own start-up (imports) is not the plan's."""
+    worker_pid, server_pid = pids
+    plan_file = Path(env["DPLAN_STATE_DIR"]).parent / f"{plan.id}.json"
+    plan_file.write_text(plan.model_dump_json(exclude_defaults=True))
+    dplan = Path(sys.executable).parent / "dplan"
+    argv = [str(dplan), "run", str(plan_file)]
+    w0, s0 = cpu_seconds(worker_pid), cpu_seconds(server_pid)
+    with plan_file.with_suffix(".out").open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
+        )
+        code = await proc.wait()
+    w1, s1 = cpu_seconds(worker_pid), cpu_seconds(server_pid)
+    handle = client.get_workflow_handle(plan.id, result_type=PlanReport)
+    report: PlanReport = await handle.result()
+    if code != 0 or report.status is not PlanStatus.COMPLETED:
+        tail = plan_file.with_suffix(".out").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"dplan run {plan.id} exited {code}, {report.status.value}:\n{tail}")
+    return await _server_duration(client, plan.id), w1 - w0, s1 - s0, report
+
+
+async def _server_duration(client: Client, workflow_id: str) -> float:
+    """Seconds from the first run's start event to the last run's close event."""
+    first = last = 0.0
+    run_id: str | None = None
+    while True:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        events = history.events
+        last = last or events[-1].event_time.ToNanoseconds() / 1e9
+        first = events[0].event_time.ToNanoseconds() / 1e9
+        run_id = events[0].workflow_execution_started_event_attributes.continued_execution_run_id
+        if not run_id:
+            return last - first
 
 
 async def child_tasks(client: Client, child_ids: Sequence[str]) -> TaskTimes:
@@ -400,12 +452,19 @@ async def _floor(client: Client, queue: str, shape: str, subtasks: int) -> float
     )
 
 
-async def measure(cases: Sequence[Case], floor_sizes: Sequence[tuple[str, int]]) -> Measured:
+async def measure(
+    cases: Sequence[Case],
+    floor_sizes: Sequence[tuple[str, int]],
+    *,
+    profile: Path | None = None,
+) -> Measured:
     """Every case, grouped by server (one dev server process of each kind asked for, one
-    after the other); on each server the in-process worker and the ``dplan-worker``
-    process both poll their own queue, and the cases alternate between them in the
-    order given. The bare-Temporal floor (``floor_sizes``: shape, subtasks) runs on each
-    server too, in this process."""
+    after the other). On each server the in-process worker, the ``dplan-worker`` process
+    and the bare-Temporal floor's worker (in this process) each poll their own queue; the
+    cases run in the order given, and the floor of a shape and size (``floor_sizes``)
+    right before the first case of it, so each is measured in the same minute of disk
+    and CPU load as the plans it is the floor of. ``profile``: py-spy records the worker
+    process over the measured plans (``DIR/worker-{server}.txt``, raw, 100 Hz)."""
     results: list[Result] = []
     floors: list[Floor] = []
     with scripted_latency_zero(), bench_dirs("big") as dirs, contextlib.ExitStack() as stack:
@@ -417,6 +476,8 @@ async def measure(cases: Sequence[Case], floor_sizes: Sequence[tuple[str, int]])
                 "in-process": bench_settings(dirs, "big", temporal_address=server.address),
                 "process": bench_settings(dirs, "bigp", temporal_address=server.address),
             }
+            floor_queue = f"floor-{uuid.uuid4().hex[:8]}"
+            floors_left = list(floor_sizes)
             async with contextlib.AsyncExitStack() as workers:
                 pids: dict[str, tuple[int, int]] = {}
                 if any(c.worker == "in-process" for c in here):
@@ -424,30 +485,64 @@ async def measure(cases: Sequence[Case], floor_sizes: Sequence[tuple[str, int]])
                         running_worker(client, settings["in-process"])
                     )
                     pids["in-process"] = (os.getpid(), server.pid)
-                if any(c.worker == "process" for c in here):
+                cli_env: dict[str, str] | None = None
+                if any(c.worker in ("process", "cli") for c in here):
                     root = dirs.root / f"worker-{kind}"
                     (root / "workspace").mkdir(parents=True)
                     (root / "workspace" / "README.md").write_text("# bench workspace\n")
                     env = worker_env(server.address, settings["process"].task_queue, root)
                     proc = workers.enter_context(WorkerProcess(env, dirs.root / f"{kind}.log"))
-                    pids["process"] = (proc.pid, server.pid)
+                    pids["process"] = pids["cli"] = (proc.pid, server.pid)
+                    settings["cli"] = settings["process"]
+                    # ``dplan run`` beside it, as a user on the same machine: the same
+                    # configuration, so the same session store (a plan past 256 KiB goes
+                    # by reference through it).
+                    cli_env = env
+                if floors_left:
+                    await workers.enter_async_context(floor_worker(client, floor_queue))
+                    await _floor(client, floor_queue, "fanout", 3)  # warm-up
                 for worker, p in pids.items():
-                    await _warm(client, settings[worker], p)
+                    if worker != "cli":
+                        await _warm(client, settings[worker], p)
+                if profile is not None and "process" in pids:
+                    workers.enter_context(
+                        _py_spy(pids["process"][0], profile / f"worker-{kind}.txt")
+                    )
                 for case in here:
+                    if (case.shape, case.subtasks) in floors_left:
+                        floors_left.remove((case.shape, case.subtasks))
+                        s0 = cpu_seconds(server.pid)
+                        wall = await _floor(client, floor_queue, case.shape, case.subtasks)
+                        floor = Floor(
+                            kind, case.shape, case.subtasks, wall, cpu_seconds(server.pid) - s0
+                        )
+                        floors.append(floor)
+                        print(f"  floor {kind} {case.shape} {floor.subtasks}: "
+                              f"{floor.rate:.1f} subtasks/s", flush=True)  # fmt: skip
                     result = await measure_one(
-                        client, settings[case.worker], case, pids[case.worker]
+                        client, settings[case.worker], case, pids[case.worker], cli_env
                     )
                     results.append(result)
                     print(f"  {_row(result)}", flush=True)
-            floor_queue = f"floor-{uuid.uuid4().hex[:8]}"
-            async with floor_worker(client, floor_queue):
-                await _floor(client, floor_queue, "fanout", 3)  # warm-up
-                for shape, n in floor_sizes:
-                    s0 = cpu_seconds(server.pid)
-                    wall = await _floor(client, floor_queue, shape, n)
-                    floors.append(Floor(kind, shape, n, wall, cpu_seconds(server.pid) - s0))
-                    print(f"  floor {kind} {shape} {n}: {n / wall:.1f} subtasks/s", flush=True)
     return Measured(results, floors)
+
+
+@contextlib.contextmanager
+def _py_spy(pid: int, out: Path) -> Iterator[None]:
+    """py-spy (the ``bench`` extra) recording ``pid`` until the block ends."""
+    beside = Path(sys.executable).parent / "py-spy"
+    argv = [str(beside) if beside.exists() else "py-spy", "record", "--format", "raw"]
+    argv += ["-r", "100", "--nonblocking", "-p", str(pid), "-o", str(out)]
+    spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
+        try:
+            spy.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+            spy.wait()
 
 
 def _pct(values: Sequence[float], q: float) -> float:
@@ -589,9 +684,14 @@ def cases_for(
     return out
 
 
-async def run(cases: Sequence[Case], floor_sizes: Sequence[tuple[str, int]]) -> None:
+async def run(
+    cases: Sequence[Case],
+    floor_sizes: Sequence[tuple[str, int]],
+    *,
+    profile: Path | None = None,
+) -> None:
     before = load()
-    report(await measure(cases, floor_sizes), load_before=before)
+    report(await measure(cases, floor_sizes, profile=profile), load_before=before)
 
 
 async def main(short: bool) -> None:
@@ -625,13 +725,16 @@ def cli() -> None:
     parser.add_argument("--agents", type=lambda v: _csv(v, AGENTS), default=list(AGENTS))
     parser.add_argument("--paths", type=lambda v: _csv(v, PATHS), default=list(PATHS))
     parser.add_argument("--no-floor", dest="floor", action="store_false")
+    parser.add_argument(
+        "--profile", type=Path, metavar="DIR", help="py-spy the worker process into DIR"
+    )
     args = parser.parse_args()
     if not args.sizes:
         asyncio.run(main(args.short))
         return
     cases = cases_for(args.sizes, args.shapes, args.agents, args.paths)
     floors = [(shape, n) for n in args.sizes for shape in args.shapes] if args.floor else []
-    asyncio.run(run(cases, floors))
+    asyncio.run(run(cases, floors, profile=args.profile))
 
 
 if __name__ == "__main__":
