@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -76,6 +77,7 @@ AGENTS = ("ask", "coder")
 SHAPES = ("fanout", "chains")
 PATHS = ("in-process/memory", "process/memory", "cli/memory", "process/file", "cli/file")
 CHAIN = 10
+LAST_CLI_CPU_S: list[float] = [0.0]  # the last ``dplan run``'s CPU (user + system)
 CHILD_SAMPLE = 40  # SubtaskWorkflows whose workflow tasks are read, spread over the plan
 GOAL_PROCESS_VS_IN_PROCESS = 1.3  # in-process rate / worker-process rate, in-memory server
 GOAL_BIG_VS_SMALL = 0.9  # 10,000-subtask chains rate / 1,000-subtask rate, user's path
@@ -377,12 +379,15 @@ async def cli_plan(
     dplan = Path(sys.executable).parent / "dplan"
     argv = [str(dplan), "run", str(plan_file)]
     w0, s0 = cpu_seconds(worker_pid), cpu_seconds(server_pid)
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     with plan_file.with_suffix(".out").open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
             *argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
         )
         code = await proc.wait()
     w1, s1 = cpu_seconds(worker_pid), cpu_seconds(server_pid)
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    LAST_CLI_CPU_S[:] = [c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime]
     handle = client.get_workflow_handle(plan.id, result_type=PlanReport)
     report: PlanReport = await handle.result()
     if code != 0 or report.status is not PlanStatus.COMPLETED:
