@@ -76,6 +76,10 @@ AGENT = "ask"
 AGENTS = ("ask", "coder")
 SHAPES = ("fanout", "chains")
 PATHS = ("in-process/memory", "process/memory", "cli/memory", "process/file", "cli/file")
+# --short (CI): the user's path (cli: dplan-worker + dplan run) on both servers and the
+# in-process figure it is compared with.
+SHORT_PATHS = ("in-process/memory", "cli/memory", "cli/file")
+SHORT_SIZE = 100
 CHAIN = 10
 LAST_CLI_CPU_S: list[float] = [0.0]  # the last ``dplan run``'s CPU (user + system)
 CHILD_SAMPLE = 40  # SubtaskWorkflows whose workflow tasks are read, spread over the plan
@@ -159,6 +163,7 @@ class Result:
     case: Case | None = None
     worker_cpu_s: float = 0.0
     server_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0  # ``dplan run``'s own (the cli path only)
     child_tasks: TaskTimes = dataclasses.field(default_factory=TaskTimes)
 
     @property
@@ -345,9 +350,11 @@ async def measure_one(
     cli_env: dict[str, str] | None = None,
 ) -> Result:
     plan = shape_plan(case.shape, case.subtasks, case.agent)
+    client_cpu = 0.0
     if case.worker == "cli":
         assert cli_env is not None
         wall, worker_cpu, server_cpu, report = await cli_plan(client, plan, pids, cli_env)
+        client_cpu = LAST_CLI_CPU_S[0]
     else:
         wall, worker_cpu, server_cpu, report = await one_plan(client, settings, plan, pids)
     runs = await plan_runs(client, plan.id)
@@ -362,6 +369,7 @@ async def measure_one(
         case=case,
         worker_cpu_s=worker_cpu,
         server_cpu_s=server_cpu,
+        client_cpu_s=client_cpu,
         child_tasks=children,
     )
 
@@ -559,7 +567,7 @@ def _pct(values: Sequence[float], q: float) -> float:
 
 ROW_HEAD = (
     f"{'path':<19}{'shape':<8}{'agent':<7}{'subtasks':>9}{'wall s':>8}{'subtasks/s':>11}"
-    f"{'worker ms/st':>13}{'server ms/st':>13}{'plan WFT wait p50/max ms':>26}"
+    f"{'worker ms/st':>13}{'server ms/st':>13}{'cli ms/st':>10}{'plan WFT wait p50/max ms':>26}"
     f"{'plan WFT run p50/max':>22}{'child WFT wait p50/p95':>24}{'child WFT run p50/p95':>23}"
 )
 
@@ -573,6 +581,7 @@ def _row(r: Result) -> str:
         f"{case.path:<19}{case.shape:<8}{case.agent:<7}{r.subtasks:>9}{r.wall_s:>8.1f}"
         f"{r.rate:>11.1f}{r.worker_cpu_s * 1000 / r.subtasks:>13.0f}"
         f"{r.server_cpu_s * 1000 / r.subtasks:>13.0f}"
+        f"{r.client_cpu_s * 1000 / r.subtasks if r.client_cpu_s else 0:>10.0f}"
         f"{f'{_pct(waits, 0.5):.0f}/{max(waits, default=0):.0f}':>26}"
         f"{f'{_pct(runs, 0.5):.0f}/{max(runs, default=0):.0f}':>22}"
         f"{f'{_pct(child.wait_ms, 0.5):.0f}/{_pct(child.wait_ms, 0.95):.0f}':>24}"
@@ -603,42 +612,48 @@ def report(measured: Measured, *, load_before: str) -> None:
     _history_table(results)
     by = {(r.case.path, r.case.shape, r.case.agent, r.subtasks): r for r in results if r.case}
     print("\nratios, in this run (subtasks/s; > 1: the first is faster):")
-    for (path, shape, agent, n), r in by.items():
-        if path != "process/memory":
-            continue
-        inproc = by.get(("in-process/memory", shape, agent, n))
-        onfile = by.get(("process/file", shape, agent, n))
+    for shape, agent, n in dict.fromkeys((k[1], k[2], k[3]) for k in by):
         parts = []
-        if inproc is not None:
-            slower = inproc.rate / r.rate
-            verdict = "met" if slower <= GOAL_PROCESS_VS_IN_PROCESS else "NOT met"
-            parts.append(
-                f"in-process / process (memory) {slower:.2f}x "
-                f"(goal <= {GOAL_PROCESS_VS_IN_PROCESS}: {verdict})"
-            )
-        if onfile is not None:
-            parts.append(f"process memory / file {r.rate / onfile.rate:.2f}x")
-        print(f"  {shape:<7} {agent:<6} {n:>6}: " + "; ".join(parts))
+        inproc = by.get(("in-process/memory", shape, agent, n))
+        for worker in ("process", "cli"):
+            theirs = by.get((f"{worker}/memory", shape, agent, n))
+            if inproc is None or theirs is None:
+                continue
+            slower = inproc.rate / theirs.rate
+            goal = ""
+            if worker == user_worker(by, "memory"):
+                verdict = "met" if slower <= GOAL_PROCESS_VS_IN_PROCESS else "NOT met"
+                goal = f" (goal <= {GOAL_PROCESS_VS_IN_PROCESS}: {verdict})"
+            parts.append(f"in-process / {worker} (memory) {slower:.2f}x{goal}")
+        for worker in ("process", "cli"):
+            mem = by.get((f"{worker}/memory", shape, agent, n))
+            onfile = by.get((f"{worker}/file", shape, agent, n))
+            if mem is not None and onfile is not None:
+                parts.append(f"{worker} memory / file {mem.rate / onfile.rate:.2f}x")
+        if parts:
+            print(f"  {shape:<7} {agent:<6} {n:>6}: " + "; ".join(parts))
     floor_by = {(f.server, f.shape, f.subtasks): f for f in floors}
     for (server, shape, n), f in floor_by.items():
-        ours = by.get((f"process/{server}", shape, "ask", n))
-        vs = f", dplan ask {ours.rate:.1f}/s = {ours.rate / f.rate:.2f} of it" if ours else ""
+        ours = by.get((f"{user_worker(by, server)}/{server}", shape, "ask", n))
+        vs = (
+            f"; dplan ({ours.case.path if ours.case else ''}, ask) {ours.rate:.1f}/s = "
+            f"{ours.rate / f.rate:.2f}x it"
+            if ours
+            else ""
+        )
         print(
             f"  floor (bare Temporal, same shape) {server:<6} {shape:<7} {n:>6}: "
             f"{f.rate:.1f} subtasks/s, server {f.server_cpu_s * 1000 / n:.0f} ms/subtask{vs}"
         )
         if server == "file" and ("memory", shape, n) in floor_by:
-            mem = floor_by[("memory", shape, n)]
+            floor_mem = floor_by[("memory", shape, n)]
             print(
-                f"    the dev server's state file alone: floor memory / file "
-                f"{mem.rate / f.rate:.2f}x"
+                f"    the dev server's state file alone (floor memory / file): "
+                f"{floor_mem.rate / f.rate:.2f}x"
             )
+    user = f"{user_worker(by, 'file')}/file"
     chains = sorted(
-        (
-            r
-            for r in results
-            if r.case and r.case.path == "process/file" and r.case.shape == "chains"
-        ),
+        (r for r in results if r.case and r.case.path == user and r.case.shape == "chains"),
         key=lambda r: r.subtasks,
     )
     for agent in AGENTS:
@@ -648,9 +663,15 @@ def report(measured: Measured, *, load_before: str) -> None:
             ratio = big.rate / small.rate
             verdict = "met" if ratio >= GOAL_BIG_VS_SMALL else "NOT met"
             print(
-                f"  chains {agent} on process/file: {big.subtasks} / {small.subtasks} "
+                f"  chains {agent} on {user}: {big.subtasks} / {small.subtasks} "
                 f"subtasks rate {ratio:.2f}x (goal >= {GOAL_BIG_VS_SMALL}: {verdict})"
             )
+
+
+def user_worker(by: dict[tuple[str, str, str, int], Result], server: str) -> str:
+    """The user's path on ``server``: ``cli`` (``dplan-worker`` + ``dplan run``) where it
+    ran, else ``process``."""
+    return "cli" if any(k[0] == f"cli/{server}" for k in by) else "process"
 
 
 def _history_table(results: list[Result]) -> None:
@@ -702,11 +723,11 @@ async def run(
 async def main(short: bool) -> None:
     """Entry point for ``python -m bench`` (one parameter: ``bench/__main__.py``)."""
     if short:
-        cases = cases_for([100], SHAPES, AGENTS, PATHS)
-        await run(cases, [(shape, 100) for shape in SHAPES])
+        cases = cases_for([SHORT_SIZE], SHAPES, AGENTS, SHORT_PATHS)
+        await run(cases, [(shape, SHORT_SIZE) for shape in SHAPES])
         return
     cases = cases_for([1_000], SHAPES, AGENTS, PATHS)
-    cases.append(Case("process", "file", "chains", "ask", 10_000))
+    cases.append(Case("cli", "file", "chains", "ask", 10_000))
     await run(cases, [(shape, 1_000) for shape in SHAPES])
 
 
