@@ -30,6 +30,7 @@ __all__ = [
     "WorkerProcess",
     "cpu_seconds",
     "dev_server",
+    "load",
     "worker_env",
 ]
 
@@ -44,6 +45,16 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def load() -> str:
+    """``uptime``'s load averages: the machine is shared, so every figure says its load."""
+    try:
+        return subprocess.run(
+            ["uptime"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except OSError:
+        return "(uptime unavailable)"
 
 
 def _free_port() -> int:

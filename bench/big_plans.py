@@ -60,7 +60,14 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from bench._rig import bench_dirs, bench_settings, running_worker, scripted_latency_zero
-from bench._user_path import SERVER_KINDS, WorkerProcess, cpu_seconds, dev_server, worker_env
+from bench._user_path import (
+    SERVER_KINDS,
+    WorkerProcess,
+    cpu_seconds,
+    dev_server,
+    load,
+    worker_env,
+)
 from bench.scale import HISTORY_EVENT_LIMIT, CoreLogCounter, core_runtime
 from bench.temporal_floor import floor_worker, run_temporal_floor
 from durable_plans.activities.scripted_model import LATENCY_ENV, SCRIPTED_MODEL
@@ -587,16 +594,6 @@ def _row(r: Result) -> str:
         f"{f'{_pct(child.wait_ms, 0.5):.0f}/{_pct(child.wait_ms, 0.95):.0f}':>24}"
         f"{f'{_pct(child.run_ms, 0.5):.0f}/{_pct(child.run_ms, 0.95):.0f}':>23}"
     )
-
-
-def load() -> str:
-    """``uptime``'s load averages: the machine is shared, so every figure says its load."""
-    try:
-        return subprocess.run(
-            ["uptime"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-    except OSError:
-        return "(uptime unavailable)"
 
 
 def report(measured: Measured, *, load_before: str) -> None:
