@@ -5,14 +5,18 @@
                               [--no-floor]
 
 The offline scripted model at ``DPLAN_SCRIPTED_LATENCY_MS=0``: what is measured is
-orchestration, never a model. Three paths, printed side by side as ratios in one run:
+orchestration, never a model. Paths (``WORKER/SERVER``), printed side by side as ratios
+in one run:
 
 * ``in-process/memory``: worker and client in this process (``build_worker``), a dev
   server in memory: what this bench measured alone before issue 30;
-* ``process/memory``: a ``dplan-worker`` process configured through its environment (as
-  the README starts one), the client here, the same kind of server;
-* ``process/file``: the same worker against a dev server writing its state file
-  (``--db-filename``), as ``dplan run --embedded`` runs it: the user's path.
+* ``process/...``: a ``dplan-worker`` process configured through its environment (as the
+  README starts one), the client here, only waiting for the result;
+* ``cli/...``: the same worker, and ``dplan run PLAN`` in a process of its own as the
+  client (following the plan as it does for a user; wall time on the server's clock, from
+  the plan's start to its close, so the command's own start-up is not counted);
+* ``.../memory``: a dev server in memory; ``.../file``: one writing its state file
+  (``--db-filename``), as ``dplan run --embedded`` runs it. ``cli/file`` is the user's path.
 
 Both shapes of issue 30 (``fanout``: a root and a fan-out off it; ``chains``: chains of
 10), both agents (``ask``: one scripted LLM call; ``coder``: tool calls and the git
@@ -28,13 +32,15 @@ and the dev server's CPU per subtask (``/proc``; in-process, the worker's figure
 process's, client included), the plan's workflow tasks (how long they waited to be
 picked up, Scheduled→Started, and ran, Started→Completed, on the server's clock) and
 those of a sample of its SubtaskWorkflows, history sizes against Temporal's limits; then
-the ratios and the goals: ``process/memory`` within 1.3x of ``in-process/memory``; the
-10,000-subtask chains at >= 0.9x the 1,000-subtask rate on ``process/file`` (full mode).
+the ratios and the goals: the user's path in memory (``cli/memory``) within 1.3x of
+``in-process/memory``; the 10,000-subtask chains at >= 0.9x the 1,000-subtask rate on
+``cli/file`` (full mode).
 
-``--short`` (CI): 100 subtasks per case, both shapes, both agents, the three paths and the
-floor; about two minutes. Full mode: 1,000 per case, and the 10,000-subtask chains
-(``ask``) on the user's path. ``--shapes mixed`` runs the shape this bench had before (a
-root, chains and a fan-out off it). Nothing is asserted: the numbers are for reading.
+``--short`` (CI): 100 subtasks per case, both shapes, both agents, on ``in-process/memory``,
+``cli/memory`` and ``cli/file``, and the floor on both servers; about 2.5 minutes. Full
+mode: 1,000 per case, and the 10,000-subtask chains (``ask``) on the user's path.
+``--shapes mixed`` runs the shape this bench had before (a root, chains and a fan-out off
+it). Nothing is asserted: the numbers are for reading.
 """
 
 from __future__ import annotations
@@ -320,8 +326,8 @@ def shape_plan(shape: str, subtasks: int, agent: str, *, prefix: str = "big") ->
 
 @dataclass(frozen=True)
 class Case:
-    """One plan to run: where (``worker``: in-process or process; ``server``: memory or
-    file), its shape, agent and size."""
+    """One plan to run: where (``worker``: in-process, process or cli; ``server``: memory
+    or file), its shape, agent and size."""
 
     worker: str
     server: str
