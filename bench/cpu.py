@@ -2,6 +2,7 @@
 
     python -m bench.cpu [--short] [--widths 4,5] [--layers 4] [--latency-ms 500]
                         [--repeats 1] [--before REV_OR_DIR] [--no-peers] [--variants V,...]
+                        [--servers memory,file] [--agents coder,ask]
 
 When five subtasks run at once on two cores, the CPU each one costs the worker is what
 they wait for. This benchmark measures that CPU directly, not wall time: every runner is
@@ -24,6 +25,13 @@ Runners:
   ``DPLAN_EVENT_LOOP=asyncio``; ``DPLAN_LLM_LOCAL=0``: a subtask's LLM calls as regular
   activities, the history shape before issue 25), so each default's worth is measured in
   the same run;
+* ``ours-file`` (``--servers``, by default): this tree's worker against a second dev
+  server, one writing its state file (``--db-filename``, as ``dplan run --embedded`` runs
+  it): the user's path; its server CPU is that server's. Every dev server here registers
+  the project's search attributes, as ``dplan setup`` and ``--embedded`` leave it (before
+  issue 30 this bench's server had none, so plans skipped their upserts);
+* ``ours-ask`` (``--agents``, by default): this tree with agent ``ask`` (one LLM call, no
+  tool: the plan's shape with no workspace change), beside ``ours`` with ``coder``;
 * ``before`` (with ``--before REV``): the same worker at another commit, checked out
   into a temporary git worktree (or a directory given as is) and run from there on the
   same interpreter, so the only difference is the project's code;
@@ -56,7 +64,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -73,8 +80,9 @@ from temporalio.client import Client
 
 from bench._actions import HistoryCost, history_cost
 from bench._peer_dag import run_peer_plan
+from bench._user_path import DevServer, load
+from bench._user_path import dev_server as user_dev_server
 from durable_plans.domain.models import PlanReport, PlanStatus
-from durable_plans.embedded import temporal_binary
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.testing import FakeProviderProcess
 
@@ -152,6 +160,10 @@ class Runner:
     proc: subprocess.Popen[bytes] | None = None
     spy: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    # A runner on a server of its own (``ours-file``: the dev server with its state file):
+    # its client and the server whose CPU is its share; None: the shared ones.
+    client: Client | None = None
+    server_pid: int | None = None
 
     def start(self, logs: Path) -> None:
         self.log = logs / f"{self.name}.log"
@@ -199,7 +211,9 @@ def _base_env() -> dict[str, str]:
     }
 
 
-async def _start_ours(client: Client, queue: str, subtasks: list[dict[str, Any]], par: int) -> str:
+async def _start_ours(
+    client: Client, queue: str, subtasks: list[dict[str, Any]], par: int, agent: str = "coder"
+) -> str:
     """Start the plan from its plan file's JSON, as ``temporal workflow start`` would: every
     release since the raw-input change accepts it, whatever fields ``PlanInput`` has grown
     since (a ``--before`` tree refuses fields it does not know)."""
@@ -212,7 +226,7 @@ async def _start_ours(client: Client, queue: str, subtasks: list[dict[str, Any]]
             {
                 "id": s["id"],
                 "description": s["description"],
-                "agent": "coder",
+                "agent": agent,
                 "depends_on": list(s["depends_on"]),
             }
             for s in subtasks
@@ -235,6 +249,7 @@ def ours_runner(
     tmp: Path,
     workspace: Path,
     extra_env: dict[str, str] | None = None,
+    agent: str = "coder",
 ) -> Runner:
     queue = f"cpu-{name}-{uuid.uuid4().hex[:6]}"
     env = (
@@ -256,7 +271,7 @@ def ours_runner(
     argv = [sys.executable, "-c", "from durable_plans.worker import main; main()"]
 
     async def start(client: Client, _q: str, subtasks: list[dict[str, Any]], par: int) -> None:
-        runner.last_id = await _start_ours(client, queue, subtasks, par)
+        runner.last_id = await _start_ours(client, queue, subtasks, par, agent)
 
     runner = Runner(name, argv, tree, env, start, queue=queue)
     return runner
@@ -340,29 +355,12 @@ class Results:
     samples: dict[tuple[str, int], list[Sample]] = field(default_factory=dict)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
-def dev_server(tmp: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    port = _free_port()
-    argv = [str(temporal_binary()), "server", "start-dev", "--headless", "--port", str(port)]
-    argv += ["--ui-port", str(_free_port()), "--http-port", str(_free_port())]
-    argv += ["--metrics-port", str(_free_port()), "--log-level", "error"]
-    with open(tmp / "server.log", "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        yield proc, f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def dev_server(tmp: Path, kind: str = "memory") -> Iterator[tuple[DevServer, str]]:
+    """A dev server as users have it (``bench._user_path``: the project's search
+    attributes registered; ``kind`` "file": with its state file, as ``--embedded``)."""
+    with user_dev_server(tmp, kind) as server:
+        yield server, server.address
 
 
 async def _connect(address: str) -> Client:
@@ -425,6 +423,25 @@ async def measure(args: argparse.Namespace) -> tuple[Results, list[str], dict[st
                 workspace=workspace,
             )
         )  # fmt: skip
+        # The user's path: the same worker against a dev server writing its state file
+        # (as ``dplan run --embedded`` starts it), its CPU that server's.
+        if "file" in args.servers:
+            file_server, file_address = stack.enter_context(dev_server(tmp, "file"))
+            on_file = ours_runner(
+                "ours-file", REPO, address=file_address, provider=provider.base_url, tmp=tmp,
+                workspace=workspace,
+            )  # fmt: skip
+            on_file.client = await _connect(file_address)
+            on_file.server_pid = file_server.pid
+            runners.append(on_file)
+        # The agent without tools: one LLM call, no tool call, no change to the workspace.
+        if "ask" in args.agents:
+            runners.append(
+                ours_runner(
+                    "ours-ask", REPO, address=address, provider=provider.base_url, tmp=tmp,
+                    workspace=workspace, agent="ask",
+                )
+            )  # fmt: skip
         # This tree with one of its defaults switched back, to show what each is worth.
         for variant in args.variants:
             runners.append(
@@ -488,7 +505,7 @@ async def measure(args: argparse.Namespace) -> tuple[Results, list[str], dict[st
 async def _run_once(r: Runner, client: Client, subtasks: list[dict[str, Any]], par: int) -> None:
     if not r.alive():
         raise RuntimeError(f"the {r.name} worker exited (see its log)")
-    await asyncio.wait_for(r.start_plan(client, "", subtasks, par), timeout=300)
+    await asyncio.wait_for(r.start_plan(r.client or client, "", subtasks, par), timeout=300)
 
 
 async def _sample(
@@ -500,13 +517,14 @@ async def _sample(
     width: int,
 ) -> Sample:
     assert r.proc is not None
+    server_pid = r.server_pid or server_pid
     requests_before = len(provider.log_entries())
     w0, s0, t0 = cpu_seconds(r.proc.pid), cpu_seconds(server_pid), time.perf_counter()
     await _run_once(r, client, subtasks, width)
     wall = time.perf_counter() - t0
     w1, s1 = cpu_seconds(r.proc.pid), cpu_seconds(server_pid)
     requests = len(provider.log_entries()) - requests_before
-    events = await history_events(client, r.last_id)
+    events = await history_events(r.client or client, r.last_id)
     return Sample(wall, w1 - w0, s1 - s0, events, requests)
 
 
@@ -518,9 +536,15 @@ def _med(values: Sequence[float]) -> float:
 
 
 def report(
-    results: Results, names: list[str], skipped: dict[str, str], args: argparse.Namespace
+    results: Results,
+    names: list[str],
+    skipped: dict[str, str],
+    args: argparse.Namespace,
+    load_before: str = "",
 ) -> None:
     ideal = args.layers * LLM_CALLS_PER_SUBTASK * args.latency_ms / 1000
+    if load_before:
+        print(f"load before: {load_before}\nload after:  {load()}")
     print(
         f"DAG: {args.layers} layers x width, each subtask depending on the whole previous "
         f"layer; {LLM_CALLS_PER_SUBTASK} LLM calls + 1 tool call per subtask; provider "
@@ -604,11 +628,26 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-peers", dest="peers", action="store_false", help="skip peers")
     parser.add_argument(
+        "--servers",
+        default="memory,file",
+        help="ours on which dev servers: memory (shared by every runner), file (its state "
+        "file, as dplan run --embedded: runner ours-file); default both",
+    )
+    parser.add_argument(
+        "--agents",
+        default="coder,ask",
+        help="ours with which agents: coder (every runner), ask (runner ours-ask); default both",
+    )
+    parser.add_argument(
         "--variants",
         help=f"comma-separated, from {', '.join(VARIANTS)}; 'none' for none "
         f"(default: all; {', '.join(SHORT_VARIANTS)} with --short)",
     )
     args = parser.parse_args(argv)
+    args.servers = {v.strip() for v in args.servers.split(",") if v.strip()}
+    args.agents = {v.strip() for v in args.agents.split(",") if v.strip()}
+    if not args.servers <= {"memory", "file"} or not args.agents <= {"coder", "ask"}:
+        parser.error("--servers: memory, file; --agents: coder, ask")
     if args.variants is None:
         args.variants = ",".join(SHORT_VARIANTS if args.short else VARIANTS)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip() not in ("", "none")]
@@ -636,8 +675,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 async def run(argv: Sequence[str] | None = None) -> None:
     args = _parse(argv)
+    before = load()
     results, names, skipped = await measure(args)
-    report(results, names, skipped, args)
+    report(results, names, skipped, args, before)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -57,6 +57,10 @@ class FloorNode:
 class FloorSubtaskInput:
     latency_ms: float
     tool_as_local_activity: bool = True
+    # ``llm_calls`` 1 and no tool is the ``ask`` agent's shape; ``llm_local``: the LLM calls
+    # as local activities, as the project makes them by default since issue 25.
+    llm_calls: int = 2
+    llm_local: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class FloorPlanInput:
     max_parallel: int
     latency_ms: float
     tool_as_local_activity: bool = True
+    llm_calls: int = 2
+    llm_local: bool = False
 
 
 # --------------------------------------------------------------------------- activities
@@ -99,17 +105,26 @@ class FloorSubtaskWorkflow:
 
     @workflow.run
     async def run(self, inp: FloorSubtaskInput) -> str:
-        await workflow.execute_activity(
-            floor_llm, inp.latency_ms, start_to_close_timeout=STEP_TIMEOUT
-        )
+        answer = await self._llm(inp)
+        if inp.llm_calls < 2:
+            return answer
         if inp.tool_as_local_activity:
             await workflow.execute_local_activity(floor_tool, start_to_close_timeout=STEP_TIMEOUT)
         else:
             await workflow.execute_activity(floor_tool, start_to_close_timeout=STEP_TIMEOUT)
-        answer = await workflow.execute_activity(
+        for _ in range(inp.llm_calls - 1):
+            answer = await self._llm(inp)
+        return answer
+
+    @staticmethod
+    async def _llm(inp: FloorSubtaskInput) -> str:
+        if inp.llm_local:
+            return await workflow.execute_local_activity(
+                floor_llm, inp.latency_ms, start_to_close_timeout=STEP_TIMEOUT
+            )
+        return await workflow.execute_activity(
             floor_llm, inp.latency_ms, start_to_close_timeout=STEP_TIMEOUT
         )
-        return answer
 
 
 @workflow.defn(name="BenchFloorPlan")
@@ -121,7 +136,9 @@ class FloorPlanWorkflow:
     @workflow.run
     async def run(self, inp: FloorPlanInput) -> int:
         parent = workflow.info().workflow_id
-        child = FloorSubtaskInput(inp.latency_ms, inp.tool_as_local_activity)
+        child = FloorSubtaskInput(
+            inp.latency_ms, inp.tool_as_local_activity, inp.llm_calls, inp.llm_local
+        )
         waiting = {n.id: set(n.depends_on) for n in inp.subtasks}  # insertion order: the plan's
         done: set[str] = set()
         running: dict[str, asyncio.Task[str]] = {}
@@ -173,13 +190,20 @@ def floor_worker(client: Client, task_queue: str) -> Worker:
 
 
 def floor_input(
-    plan: Plan, latency_ms: float, *, tool_as_local_activity: bool = True
+    plan: Plan,
+    latency_ms: float,
+    *,
+    tool_as_local_activity: bool = True,
+    llm_calls: int = 2,
+    llm_local: bool = False,
 ) -> FloorPlanInput:
     return FloorPlanInput(
         subtasks=[FloorNode(s.id, list(s.depends_on)) for s in plan.subtasks],
         max_parallel=plan.max_parallel,
         latency_ms=latency_ms,
         tool_as_local_activity=tool_as_local_activity,
+        llm_calls=llm_calls,
+        llm_local=llm_local,
     )
 
 
@@ -191,6 +215,8 @@ async def run_temporal_floor(
     *,
     workflow_id: str | None = None,
     tool_as_local_activity: bool = True,
+    llm_calls: int = 2,
+    llm_local: bool = False,
 ) -> float:
     """Seconds from the client's start request to the result, like ``bench._rig.run_plan``.
 
@@ -198,7 +224,13 @@ async def run_temporal_floor(
     the children are ``{workflow_id}/{subtask id}``.
     """
     wid = workflow_id or f"floor-{plan.id}-{uuid.uuid4().hex[:8]}"
-    inp = floor_input(plan, latency_ms, tool_as_local_activity=tool_as_local_activity)
+    inp = floor_input(
+        plan,
+        latency_ms,
+        tool_as_local_activity=tool_as_local_activity,
+        llm_calls=llm_calls,
+        llm_local=llm_local,
+    )
     t0 = time.perf_counter()
     handle = await client.start_workflow(FloorPlanWorkflow.run, inp, id=wid, task_queue=task_queue)
     completed = await handle.result()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rich.console import Console
+from temporalio.client import Client as TemporalClient
 from temporalio.client import WorkflowHandle
 
 from durable_plans.activities.log import ensure_logging
@@ -27,7 +28,7 @@ from durable_plans.cli.progress import follow_progress, report_renderable
 from durable_plans.cli.workspace_lines import workspace_hints
 from durable_plans.client import Client, InvalidPlan, PlanAlreadyRunning, load_plan
 from durable_plans.client._client import agents_of
-from durable_plans.client._live import PlanWatch
+from durable_plans.client._live import FOLLOWED_IN_TERMINAL, PlanWatch
 from durable_plans.client._plans import (
     connect,
     notification_outcome,
@@ -66,6 +67,14 @@ __all__ = [
 ]
 
 _PLAIN_WIDTH = 120
+
+
+def terminal_watch(temporal: TemporalClient, plan_id: str, settings: Settings) -> PlanWatch:
+    """What a terminal follows of a plan's running subtasks: as many as it shows, their
+    streams only where this configuration streams plan calls (``client/_live.py``)."""
+    return PlanWatch(
+        temporal, plan_id, at_most=FOLLOWED_IN_TERMINAL, streams=settings.stream == "all"
+    )
 
 
 def scripted_model_note(settings: Settings) -> str:
@@ -264,7 +273,7 @@ async def follow_to_report(
                 plan_id=plan_id,
                 web_url=url,
                 until=result,
-                watch=PlanWatch(conn.plans.temporal, plan_id),
+                watch=terminal_watch(conn.plans.temporal, plan_id, conn.settings),
             )
         report = await result
     finally:
@@ -365,7 +374,7 @@ async def _follow(plans: Client, plan_id: str, url: str, *, json_output: bool) -
                 plan_id=plan_id,
                 web_url=url,
                 until=result,
-                watch=PlanWatch(plans.temporal, plan_id),
+                watch=terminal_watch(plans.temporal, plan_id, plans.settings),
             )
         return await result
     finally:

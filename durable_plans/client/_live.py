@@ -6,6 +6,17 @@ waiting for approval) and the text of its last answer, and follows its live stre
 (``domain/streaming.py``) for the text being generated when the worker streams plan
 calls (``DPLAN_STREAM=all``). All of it is display: a subtask that does not answer in
 time keeps what was shown before, and nothing here can change how the plan is followed.
+
+None of it is free: following a subtask's stream is a workflow update (a workflow task on
+the worker and events on the server) and each ``progress`` query a query task, once a
+second, and a subtask that ends while followed is read once more after its end (a
+query the worker answers by replaying it). ``dplan run`` and ``dplan status --follow``
+follow the first ``FOLLOWED_IN_TERMINAL`` running subtasks (plan order), as many as a
+terminal shows, and subscribe to their streams only when their own settings say the
+worker streams plan calls (``DPLAN_STREAM=all``; the default streams chat turns alone,
+so a subscription would wait on a stream nothing writes): with every running subtask
+followed, a 300-subtask fan-out ran at half the speed it has beside a client that only
+waits (issue 30). The others still show their status, from the plan's own query.
 """
 
 from __future__ import annotations
@@ -23,10 +34,11 @@ from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import PlanReport, SubtaskStatus
 from durable_plans.domain.streaming import LLM_TOPIC, StreamEvent, StreamFold
 
-__all__ = ["PlanWatch", "SubtaskNow"]
+__all__ = ["FOLLOWED_IN_TERMINAL", "PlanWatch", "SubtaskNow"]
 
 _QUERY_EVERY_S: Final = 1.0
 _QUERY_TIMEOUT_S: Final = 2.0
+FOLLOWED_IN_TERMINAL: Final = 10
 
 
 @dataclass
@@ -40,22 +52,39 @@ class SubtaskNow:
 
 
 class PlanWatch:
-    def __init__(self, client: Client, plan_id: str) -> None:
+    """``at_most``: how many running subtasks to follow (the first in plan order); None:
+    all of them. ``streams``: whether to subscribe to their live streams (else their
+    ``progress`` query alone: the step and the last whole answer)."""
+
+    def __init__(
+        self,
+        client: Client,
+        plan_id: str,
+        *,
+        at_most: int | None = None,
+        streams: bool = True,
+    ) -> None:
         self._client = client
         self._plan_id = plan_id
+        self._at_most = at_most
+        self._streams_on = streams
         self.now: dict[str, SubtaskNow] = {}
         self._streams: dict[str, asyncio.Task[None]] = {}
         self._queried_at = 0.0
 
     async def refresh(self, report: PlanReport) -> None:
         """Bring ``now`` up to date for the subtasks ``report`` says are running."""
-        running = {r.id for r in report.subtasks if r.status is SubtaskStatus.RUNNING}
+        running = [r.id for r in report.subtasks if r.status is SubtaskStatus.RUNNING]
+        if self._at_most is not None:
+            running = running[: self._at_most]
         for sid in [s for s in self._streams if s not in running]:
             self._streams.pop(sid).cancel()
             self.now.pop(sid, None)
+        for sid in [s for s in self.now if s not in running]:
+            self.now.pop(sid)
         for sid in running:
             self.now.setdefault(sid, SubtaskNow())
-            if sid not in self._streams:
+            if self._streams_on and sid not in self._streams:
                 self._streams[sid] = asyncio.create_task(self._follow(sid))
         if running and time.monotonic() - self._queried_at >= _QUERY_EVERY_S:
             self._queried_at = time.monotonic()

@@ -37,3 +37,21 @@ def test_largest_payload_looks_in_repeated_fields_and_maps() -> None:
     attrs.memo.fields["goal"].data = b"y" * 5000
     assert largest_payload(event) == attrs.memo.fields["goal"].ByteSize()
     assert largest_payload(HistoryEvent()) == 0
+
+
+def test_the_user_path_shapes_are_a_fan_out_off_a_root_and_chains_of_ten() -> None:
+    from bench.big_plans import cases_for, shape_plan
+
+    fan = shape_plan("fanout", 100, "coder")
+    assert len(fan.subtasks) == 100 and validate_plan(fan) == []
+    assert critical_path_length(fan) == 2
+    assert all(s.agent == "coder" for s in fan.subtasks)
+    chains = shape_plan("chains", 1_000, "ask")
+    assert len(chains.subtasks) == 1_000 and validate_plan(chains) == []
+    assert critical_path_length(chains) == CHAIN
+    assert sum(1 for s in chains.subtasks if not s.depends_on) == 100
+    mixed = shape_plan("mixed", 100, "coder")
+    assert [s.id for s in mixed.subtasks] == [s.id for s in wide_plan(100).subtasks]
+    # The paths of one size, shape and agent run one after the other (the same minute).
+    cases = cases_for([100], ["fanout"], ["ask"], ["in-process/memory", "cli/file"])
+    assert [c.path for c in cases] == ["in-process/memory", "cli/file"]
