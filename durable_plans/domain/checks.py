@@ -39,6 +39,7 @@ __all__ = [
     "CheckFeedbackInput",
     "CheckInput",
     "CheckRun",
+    "CheckRuns",
     "check_problems",
     "check_rounds_problems",
     "failure_line",
@@ -199,6 +200,17 @@ class CheckRun(_Frozen):
     @property
     def passed(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
+
+
+def _none_is_empty(value: object) -> object:
+    # The Temporal CLI (`temporal workflow result -o json`) prints an empty list as null:
+    # a report read back from it has ``"checks": null`` for a plan without checks.
+    return () if value is None else value
+
+
+CheckRuns = Annotated[tuple[CheckRun, ...], BeforeValidator(_none_is_empty)]
+"""A report's check runs, every round's; empty (or null, as Temporal's CLI shows an empty
+list) without a check."""
 
 
 class CheckInput(_Frozen):

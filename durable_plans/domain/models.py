@@ -14,7 +14,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, model_validator
 
 from durable_plans.domain.approvals import ApprovalPolicy
-from durable_plans.domain.checks import MAX_CHECK_ROUNDS, CheckCommands, CheckRun
+from durable_plans.domain.checks import MAX_CHECK_ROUNDS, CheckCommands, CheckRuns
 from durable_plans.domain.workspace import WorkspaceSummary
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -367,7 +367,7 @@ class SubtaskResult(_Frozen):
     # runs recorded before it was kept.
     models: tuple[ModelUsage, ...] = ()
     # Its check runs, every round's (``domain/checks.py``); empty without a check.
-    checks: tuple[CheckRun, ...] = ()
+    checks: CheckRuns = ()
 
     @model_validator(mode="after")
     def _truthful(self) -> SubtaskResult:
@@ -457,7 +457,7 @@ class PlanReport(_Frozen):
     full_report: PlanDataRef | None = None
     # The plan's own check runs on the merged result, and why the plan failed when one
     # of them did (every subtask completed): ``CheckFailed``.
-    checks: tuple[CheckRun, ...] = ()
+    checks: CheckRuns = ()
     error: ErrorInfo | None = None
 
     @property
@@ -507,7 +507,7 @@ class PlanReport(_Frozen):
         duration_s: float = 0.0,
         cancelled: bool = False,
         workspace: WorkspaceSummary | None = None,
-        checks: tuple[CheckRun, ...] = (),
+        checks: CheckRuns = (),
         error: ErrorInfo | None = None,
     ) -> PlanReport:
         """The only way reports are made: counts, totals and status derive from results
