@@ -53,6 +53,7 @@ __all__ = [
     "SandboxStatus",
     "SandboxUnavailable",
     "bwrap_argv",
+    "checked_sandbox",
     "minimal_environment",
     "run_sandboxed",
     "safe_path",
@@ -71,8 +72,8 @@ _READ_CHUNK = 65536
 _PIDS_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
 
 INSTALL_SENTENCE = (
-    "refused: commands run only in a sandbox and bubblewrap (bwrap) does not work on this "
-    "worker{why}; install it (apt-get install bubblewrap) or opt out with DPLAN_SANDBOX=none"
+    "refused, not run: commands run only in a sandbox and bubblewrap does not work on this "
+    "worker; install it (apt-get install bubblewrap) or opt out with DPLAN_SANDBOX=none{why}"
 )
 
 # What of /etc a program needs: the loader's cache, users and groups (made up, below),
@@ -137,7 +138,11 @@ class SandboxStatus:
                 "sandbox: none (DPLAN_SANDBOX=none): commands run under the guard only, "
                 "as the worker's user; run_command asks for approval by default"
             )
-        return f"sandbox: unavailable (DPLAN_SANDBOX={self.mode}): {self.reason}; {self.refusal}"
+        return (
+            f"sandbox: unavailable (DPLAN_SANDBOX={self.mode}): {self.reason}; every command "
+            "is refused: install bubblewrap (apt-get install bubblewrap) or opt out with "
+            "DPLAN_SANDBOX=none"
+        )
 
 
 # --------------------------------------------------------------------------- environment
@@ -318,6 +323,18 @@ def sandbox_status(settings: Settings) -> SandboxStatus:
     if not works:
         return SandboxStatus(mode, None, bwrap, why)
     return SandboxStatus(mode, "bwrap", bwrap, "", hardened)
+
+
+def checked_sandbox(settings: Settings) -> SandboxStatus:
+    """The sandbox a worker starts with; raises SandboxUnavailable when
+    ``DPLAN_SANDBOX=bwrap`` and bwrap does not work (that worker must not start)."""
+    status = sandbox_status(settings)
+    if settings.sandbox == "bwrap" and status.engine != "bwrap":
+        raise SandboxUnavailable(
+            f"DPLAN_SANDBOX=bwrap but bubblewrap does not work here: {status.reason}; "
+            "install it (apt-get install bubblewrap) or set DPLAN_SANDBOX=auto or none"
+        )
+    return status
 
 
 def wrap_for_sandbox(
