@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo example-fix test lint typecheck unit bench bench-short clean chromium ui-vendor
+.PHONY: install demo example-fix test lint typecheck unit bench bench-short clean chromium bubblewrap ui-vendor
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,7 +41,7 @@ typecheck: $(STAMP)
 # mypy runs beside pytest: its output is printed after pytest's, and either failing fails.
 PYTEST_WORKERS ?= 4
 
-test: lint chromium
+test: lint chromium bubblewrap
 	@mypy_log=$$(mktemp); \
 	$(BIN)/mypy > $$mypy_log 2>&1 & mypy_pid=$$!; \
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile; pytest_rc=$$?; \
@@ -62,6 +62,21 @@ chromium:
 		echo "chromium could not be installed: the Temporal Web test will skip"; \
 	else \
 		echo "chromium is missing (apt-get install chromium): the Temporal Web test will skip"; \
+	fi
+
+# Commands, checks and sandboxed MCP servers run under bubblewrap (docs/sandbox.md); the
+# sandbox tests need it. As root on Debian/Ubuntu this installs it (once: a no-op when
+# present); elsewhere it only says how (DPLAN_SANDBOX=auto then refuses each command).
+bubblewrap:
+	@if command -v bwrap >/dev/null 2>&1; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing bubblewrap (apt-get) for the command sandbox"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } || \
+		echo "bubblewrap could not be installed: commands will be refused (DPLAN_SANDBOX=auto)"; \
+	else \
+		echo "bubblewrap is missing (apt-get install bubblewrap): commands will be refused"; \
 	fi
 
 # The full run also installs the `bench` extra (the peers of bench.cpu, py-spy);

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from durable_plans.connection import (
     DEFAULT_ADDRESS,
@@ -41,6 +41,9 @@ DEFAULT_TREE_RETENTION = timedelta(days=1)
 STATE_DIR_NAME = "durable-plans"
 
 _C = TypeVar("_C", bound=str)  # one of a setting's fixed choices
+
+SandboxMode = Literal["auto", "bwrap", "none"]
+SANDBOX_MODES: tuple[SandboxMode, ...] = ("auto", "bwrap", "none")
 
 # The LLM activity's start-to-close timeout is the provider request's timeout plus this:
 # the session-store reads and writes around the request must fit in the same attempt.
@@ -369,6 +372,13 @@ class Settings:
     rate_limit_store: str | None = field(default=None, repr=False)
     """Where the shared limits live (``DPLAN_RATE_LIMIT_STORE``); None: beside the
     session store. Hidden from ``repr``: a URL may carry a password."""
+    sandbox: SandboxMode = "auto"
+    """Where commands, checks and sandboxed MCP servers run (``DPLAN_SANDBOX``): ``auto``,
+    bubblewrap where it works, else each command is refused saying how to install it;
+    ``bwrap``, the same, and the worker refuses to start without it; ``none``, the guard
+    alone (``activities/sandbox.py``)."""
+    bwrap_path: str | None = None
+    """The bwrap binary (``DPLAN_BWRAP``); None: ``bwrap`` on the worker's PATH."""
 
     @property
     def model_is_scripted(self) -> bool:
@@ -461,4 +471,6 @@ class Settings:
             rate_limits=_rate_limits(e),
             rate_limit_store=_opt(e, "DPLAN_RATE_LIMIT_STORE"),
             ui_token=_opt(e, "DPLAN_UI_TOKEN"),
+            sandbox=_choice(e, "DPLAN_SANDBOX", SANDBOX_MODES),
+            bwrap_path=_opt(e, "DPLAN_BWRAP"),
         )

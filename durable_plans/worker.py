@@ -29,6 +29,7 @@ from temporalio.worker import Worker
 from durable_plans import event_loop, telemetry
 from durable_plans._errors import TemporalUnreachable
 from durable_plans.activities.log import configure_logging, get_logger
+from durable_plans.activities.sandbox import SandboxUnavailable, checked_sandbox, sandbox_status
 from durable_plans.client._plans import connect
 from durable_plans.connection import describe_connection
 from durable_plans.core_log import route_core_log
@@ -64,6 +65,15 @@ def build_worker(
     ``DurablePlansPlugin`` (``connect()`` gives it one) or not: either way the worker is
     configured once, by this worker's plugin.
     """
+    sandbox = checked_sandbox(settings)  # DPLAN_SANDBOX=bwrap without it: no worker
+    log = get_logger(component="worker")
+    (log.info if sandbox.engine == "bwrap" else log.warning)(
+        "worker.sandbox",
+        sandbox=sandbox.engine or "unavailable",
+        mode=sandbox.mode,
+        bwrap=sandbox.bwrap,
+        note=sandbox.describe(),
+    )
     plugin = DurablePlansPlugin(
         settings=settings, store=store, workflows=workflows, activities=activities
     )
@@ -238,6 +248,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="json lines (default) or human-readable console output",
     )
     parser.add_argument(
+        "--check",
+        action="store_true",
+        help="print which sandbox commands would run in (and why, if none), then exit: "
+        "0, or 1 when DPLAN_SANDBOX=bwrap and bubblewrap does not work",
+    )
+    parser.add_argument(
         "--grace-period",
         type=float,
         default=DEFAULT_GRACE_PERIOD.total_seconds(),
@@ -245,6 +261,13 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="how long running activities may take to finish on shutdown (default 30)",
     )
     return parser.parse_args(argv)
+
+
+def _check(settings: Settings) -> int:
+    """``--check``: the sandbox in force, one line; 1 if DPLAN_SANDBOX=bwrap lacks it."""
+    status = sandbox_status(settings)
+    print(status.describe())
+    return 1 if settings.sandbox == "bwrap" and status.engine != "bwrap" else 0
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -260,6 +283,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except SettingsError as err:
         print(f"dplan-worker: {err}", file=sys.stderr)
         sys.exit(2)
+    if args.check:
+        sys.exit(_check(settings))
     try:
         event_loop.run(
             run_worker(settings, grace_period=timedelta(seconds=args.grace_period)),
@@ -270,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
-    except (event_loop.EventLoopUnavailable, InvalidStoreTarget) as err:
+    except (event_loop.EventLoopUnavailable, InvalidStoreTarget, SandboxUnavailable) as err:
         print(f"dplan-worker: {err}", file=sys.stderr)
         sys.exit(2)
     except SessionStoreUnavailable as err:  # its text names the store, never a password

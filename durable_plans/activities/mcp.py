@@ -35,6 +35,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_plans.activities.heartbeat import heartbeating
+from durable_plans.activities.sandbox import SandboxUnavailable, wrap_for_sandbox
 from durable_plans.activities.tool_calls import pending_call, store_answer
 from durable_plans.activities.tool_registry import ToolResult
 from durable_plans.domain.contracts import ToolCallOutput
@@ -53,6 +54,7 @@ from durable_plans.domain.tools_config import (
     McpToolSpec,
 )
 from durable_plans.session_store import SessionStore
+from durable_plans.settings import Settings
 
 MAX_DESCRIPTION_CHARS = 1024
 MAX_SCHEMA_CHARS = 16_000
@@ -97,16 +99,32 @@ def _devnull() -> TextIO:
     return open(os.devnull, "w")
 
 
-def _client(server: McpServerConfig) -> Any:
+def _stdio_command(
+    server: McpServerConfig, settings: Settings | None
+) -> tuple[str, list[str], dict[str, str]]:
+    """The program, arguments and environment a stdio server starts with: in the command
+    sandbox when it is marked ``sandbox = true`` (``activities/sandbox.py``)."""
+    assert server.command is not None
+    command = [find_command(server.command), *server.args]
+    env = _env_values(server, server.env)
+    if not server.sandbox or settings is None:
+        return command[0], command[1:], env
+    try:
+        wrapped, inside = wrap_for_sandbox(command, policy=server.sandbox_policy, settings=settings)
+    except SandboxUnavailable as err:
+        raise McpConfigError(
+            f"MCP server {server.name!r} is marked sandbox = true: {err}"
+        ) from None
+    return wrapped[0], wrapped[1:], {**env, **inside}
+
+
+def _client(server: McpServerConfig, settings: Settings | None = None) -> Any:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     if server.command is not None:
-        params = StdioServerParameters(
-            command=find_command(server.command),
-            args=list(server.args),
-            env=_env_values(server, server.env),
-        )
+        program, args, env = _stdio_command(server, settings)
+        params = StdioServerParameters(command=program, args=args, env=env)
         # The server's stderr named here, not left to mcp's default: that is whatever
         # ``sys.stderr`` was when mcp was imported, which may since have been replaced and
         # closed (a test's capture, a redirected stream), and then no server can start.
@@ -124,16 +142,16 @@ def _client(server: McpServerConfig) -> Any:
 class _Connection:
     """One live client, owned by one task from connect to close."""
 
-    def __init__(self, server: McpServerConfig) -> None:
+    def __init__(self, server: McpServerConfig, settings: Settings | None = None) -> None:
         loop = asyncio.get_running_loop()
         self._ready: asyncio.Future[Any] = loop.create_future()
         self._stop = asyncio.Event()
-        self._owner = asyncio.create_task(self._run(server), name=f"mcp-{server.name}")
+        self._owner = asyncio.create_task(self._run(server, settings), name=f"mcp-{server.name}")
         self.dead = False
 
-    async def _run(self, server: McpServerConfig) -> None:
+    async def _run(self, server: McpServerConfig, settings: Settings | None) -> None:
         try:
-            async with _client(server) as client:
+            async with _client(server, settings) as client:
                 self._ready.set_result(client)
                 await self._stop.wait()
         except BaseException as err:
@@ -157,8 +175,11 @@ class _Connection:
 class McpPool:
     """The worker's MCP connections by server name; a dead one is replaced on next use."""
 
-    def __init__(self, servers: Iterable[McpServerConfig]) -> None:
+    def __init__(
+        self, servers: Iterable[McpServerConfig], settings: Settings | None = None
+    ) -> None:
         self.servers: dict[str, McpServerConfig] = {s.name: s for s in servers}
+        self.settings = settings
         self._conns: dict[str, _Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.started = 0  # connections opened (a restart counts again): for tests and logs
@@ -179,7 +200,7 @@ class McpPool:
         async with lock:
             conn = self._conns.get(name)
             if conn is None or conn.dead:
-                conn = _Connection(server)
+                conn = _Connection(server, self.settings)
                 self._conns[name] = conn
                 self.started += 1
             try:
@@ -247,9 +268,14 @@ def result_text(result: Any) -> ToolResult:
 
 
 class McpActivities:
-    def __init__(self, store: SessionStore, servers: Iterable[McpServerConfig]) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        servers: Iterable[McpServerConfig],
+        settings: Settings | None = None,
+    ) -> None:
         self._store = store
-        self.pool = McpPool(servers)
+        self.pool = McpPool(servers, settings)
 
     @activity.defn(name=ACT_LIST_MCP_TOOLS)
     async def list_mcp_tools(self, inp: ListMcpToolsInput) -> ListMcpToolsOutput:

@@ -49,7 +49,7 @@ class PlanActivities:
         self.tool_errors = ToolErrorActivities(store)
         # MCP servers come from the worker's own agents file: a workflow names a server,
         # the worker decides what that starts and which secrets it gets.
-        self.mcp = McpActivities(store, load_catalog(settings.agents_file).mcp_servers)
+        self.mcp = McpActivities(store, load_catalog(settings.agents_file).mcp_servers, settings)
 
     def all(self) -> list[Callable[..., Any]]:
         return [

@@ -109,7 +109,7 @@ def agents_of(settings: Settings) -> AgentCatalog:
     """The built-in agents merged with ``DPLAN_AGENTS``'s file; ``InvalidArgument`` naming
     the file and its problems when it cannot be used."""
     try:
-        return load_catalog(settings.agents_file)
+        return load_catalog(settings.agents_file, sandboxed=settings.sandbox != "none")
     except AgentsFileError as err:
         raise InvalidArgument(
             f"invalid agents file: {settings.agents_file}", err.problems

@@ -22,6 +22,8 @@ adds new agents::
     [mcp_servers.git]                 # an MCP server the worker starts (stdio) ...
     command = "mcp-server-git"
     args = ["--repository", "/srv/repo"]
+    sandbox = true                    # started in the command sandbox (read_only, network)
+    read_only = ["/srv/repo"]
     env = ["GIT_AUTHOR_NAME"]         # names of worker variables passed to it
     timeout_s = 30                    # per call; max_attempts = 3 retries a call
     [mcp_servers.search]              # ... or reaches over streamable HTTP
@@ -31,11 +33,13 @@ adds new agents::
     [agents.debug]
     tools = ["read_file", "write_file", "run_command"]
     mcp = ["git", "search/find"]      # all of git's tools, one of search's
-    [agents.debug.run_command]        # the guarded shell (domain.tools_config)
-    allow = ["python", "git"]
-    approval_required = false         # default true: each call waits for a person
     check = ["python -m unittest"]    # must pass after each final answer (docs/plans.md)
     check_rounds = 3                  # failed rounds before the subtask fails
+    [agents.debug.run_command]        # the guarded shell (domain.tools_config)
+    allow = ["python", "git"]
+    approval_required = true          # default: false in a sandbox (DPLAN_SANDBOX), else true
+    network = true                    # sandbox: share the network (default: none)
+    read_only = ["/srv/datasets"]      # sandbox: extra paths it may read
 
 The worker reads the file once at start-up; a mistake found there is found before any
 plan runs, so, as with plan files (:mod:`domain.plan_loader`), nothing stops at the first
@@ -144,17 +148,21 @@ def is_valid_agent_name(value: str) -> bool:
 # --------------------------------------------------------------------------- files
 
 
-def load_catalog(settings_agents_file: Path | None) -> AgentCatalog:
-    """The worker's agents: the built-ins, merged with ``DPLAN_AGENTS``'s file when set."""
+def load_catalog(settings_agents_file: Path | None, *, sandboxed: bool = True) -> AgentCatalog:
+    """The worker's agents: the built-ins, merged with ``DPLAN_AGENTS``'s file when set.
+
+    ``sandboxed``: commands run in a sandbox (``DPLAN_SANDBOX`` is not ``none``), so an
+    agent's ``run_command`` needs no approval unless its table says so."""
     if settings_agents_file is None:
         return BUILTIN_CATALOG
-    return load_agents_file(settings_agents_file)
+    return load_agents_file(settings_agents_file, sandboxed=sandboxed)
 
 
-def load_agents_file(path: str | Path) -> AgentCatalog:
+def load_agents_file(path: str | Path, *, sandboxed: bool = True) -> AgentCatalog:
     """Read an agents file (format by suffix) and return the built-ins merged with it.
 
     Raises AgentsFileError listing every problem, each line starting with ``path``.
+    ``sandboxed`` as for :func:`load_catalog`.
     """
     name = str(path)
     p = Path(path)
@@ -171,7 +179,7 @@ def load_agents_file(path: str | Path) -> AgentCatalog:
     except TextFormatError as err:
         raise AgentsFileError(err.problems) from None
     data = parse_agents_text(text, fmt=fmt, source=name)
-    return parse_agents_data(data, source=name)
+    return parse_agents_data(data, source=name, sandboxed=sandboxed)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -239,9 +247,18 @@ def _parse_yaml(text: str, source: str) -> Any:
 
 
 def parse_agents_data(
-    data: Mapping[str, Any], *, source: str, base: AgentCatalog = BUILTIN_CATALOG
+    data: Mapping[str, Any],
+    *,
+    source: str,
+    base: AgentCatalog = BUILTIN_CATALOG,
+    sandboxed: bool = True,
 ) -> AgentCatalog:
     """``base`` merged with the agents described by decoded file data; pure.
+
+    With ``sandboxed`` (commands run in a sandbox: ``DPLAN_SANDBOX`` auto or bwrap), a
+    ``run_command`` table without ``approval_required`` needs no approval and is marked
+    ``require_sandbox`` (a worker without a sandbox refuses its commands instead of
+    running them unconfined); without, it needs a person's approval, as it always did.
 
     An entry named like an agent of ``base`` overrides it, inheriting every field it does
     not give; any other entry is a new agent and must give ``system_prompt`` (its other
@@ -283,6 +300,8 @@ def parse_agents_data(
         problems.extend(_agent_tool_problems(spec, known_servers))
     if problems:
         raise AgentsFileError(f"{source}: {line}" for line in capped(problems))
+    if sandboxed:
+        specs = [_unattended(spec) for spec in specs]
     catalog = base.merged(specs)
     if default_approval is not None:
         # The file's top-level ``approval`` is every agent's unless the agent gives its own.
@@ -295,6 +314,15 @@ def parse_agents_data(
     if not servers:
         return catalog
     return catalog.model_copy(update={"mcp_servers": (*base.mcp_servers, *servers)})
+
+
+def _unattended(spec: AgentSpec) -> AgentSpec:
+    """The approval default with a sandbox in force: none, unless the file asked for it."""
+    policy = spec.run_command
+    if policy is None or "approval_required" in policy.model_fields_set:
+        return spec
+    lifted = policy.model_copy(update={"approval_required": False, "require_sandbox": True})
+    return spec.model_copy(update={"run_command": lifted})
 
 
 def _agent_tool_problems(spec: AgentSpec, servers: set[str]) -> list[str]:

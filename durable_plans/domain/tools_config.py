@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 RUN_COMMAND_TOOL: Final = "run_command"
 """The guarded shell: argv, not a shell string, inside the workspace, per-agent allowlist."""
@@ -33,6 +33,20 @@ MCP_SEPARATOR: Final = "__"
 """Between server and tool in the name the model sees: ``git__git_status``."""
 ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_MCP_TOOLS_PER_SERVER: Final = 128
+
+
+def _absolute_path(value: str) -> str:
+    if not value.startswith("/") or "\x00" in value:
+        raise ValueError("must be an absolute path (starting with /)")
+    if ".." in value.split("/"):
+        raise ValueError("must not contain '..'")
+    if value.rstrip("/") == "":
+        raise ValueError("must not be / (the whole file system)")
+    return value
+
+
+ReadOnlyPath = Annotated[str, AfterValidator(_absolute_path)]
+"""An operator-named path a sandbox shows read-only: absolute, no ``..``, not ``/``."""
 
 
 class _Frozen(BaseModel):
@@ -52,12 +66,26 @@ class McpServerConfig(_Frozen):
     """(HTTP header, name of the worker's environment variable holding its value)."""
     timeout_s: float = Field(default=60.0, gt=0, le=3600)
     max_attempts: int = Field(default=3, ge=1, le=20)
+    sandbox: bool = False
+    """A stdio server started in the command sandbox (``activities/sandbox.py``): the
+    toolchain read-only, a private ``/tmp``, nothing of the worker's files."""
+    network: bool = False
+    read_only: tuple[ReadOnlyPath, ...] = ()
+    """With ``sandbox``: share the worker's network; extra absolute paths it may read."""
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:
         if (self.command is None) == (self.url is None):
             raise ValueError("give exactly one of command (stdio) or url (streamable HTTP)")
+        if self.url is not None and self.sandbox:
+            raise ValueError("sandbox applies to a stdio server (command), not to a url")
+        if not self.sandbox and (self.network or self.read_only):
+            raise ValueError("network and read_only apply only with sandbox = true")
         return self
+
+    @property
+    def sandbox_policy(self) -> SandboxPolicy:
+        return SandboxPolicy(network=self.network, read_only=self.read_only)
 
 
 class McpToolSpec(_Frozen):
@@ -77,6 +105,21 @@ class McpServerTools(_Frozen):
     tools: tuple[McpToolSpec, ...] = ()
 
 
+DEFAULT_MEMORY_MB: Final = 4096
+"""The address space one command may use (RLIMIT_AS), unless its policy says otherwise."""
+
+
+class SandboxPolicy(_Frozen):
+    """What a sandboxed program may reach beyond its tree (``activities/sandbox.py``)."""
+
+    network: bool = False
+    """Share the worker's network (DNS, the internet, its loopback); default: none at all."""
+    read_only: tuple[ReadOnlyPath, ...] = ()
+    """Absolute paths an operator names, visible read-only (e.g. a data set, a cache)."""
+    max_output_chars: int = Field(default=32_000, ge=100, le=1_000_000)
+    memory_mb: int = Field(default=DEFAULT_MEMORY_MB, ge=64, le=1_048_576)
+
+
 class CommandPolicy(_Frozen):
     """What an agent's ``run_command`` may do (``[agents.NAME.run_command]``)."""
 
@@ -85,8 +128,29 @@ class CommandPolicy(_Frozen):
     timeout_s: float = Field(default=120.0, gt=0, le=3600)
     max_output_chars: int = Field(default=32_000, ge=100, le=1_000_000)
     approval_required: bool = True
+    """The loader's default is false when commands run in a sandbox (``DPLAN_SANDBOX``
+    auto or bwrap) and true with ``none``; a value the agents file gives is kept."""
     idempotent: bool = False
     """Retried after a lost attempt only when declared so; otherwise run at most once."""
+    network: bool = False
+    """The sandbox shares the worker's network with its commands (and checks)."""
+    read_only: tuple[ReadOnlyPath, ...] = ()
+    """Extra absolute paths its commands see read-only."""
+    memory_mb: int = Field(default=DEFAULT_MEMORY_MB, ge=64, le=1_048_576)
+    """Address space per command (RLIMIT_AS), in MiB."""
+    require_sandbox: bool = False
+    """Never run its commands unconfined: a worker with ``DPLAN_SANDBOX=none`` refuses
+    them. Set by the loader where it lifted the approval default because of the sandbox."""
+
+    @property
+    def sandbox(self) -> SandboxPolicy:
+        """The sandbox its commands (and its checks) run in."""
+        return SandboxPolicy(
+            network=self.network,
+            read_only=self.read_only,
+            max_output_chars=self.max_output_chars,
+            memory_mb=self.memory_mb,
+        )
 
 
 class ToolSchema(_Frozen):

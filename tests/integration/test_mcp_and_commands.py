@@ -95,6 +95,7 @@ max_attempts = 3
 [mcp_servers.time]
 command = "mcp-server-time"
 args = ["--local-timezone", "UTC"]
+sandbox = {json.dumps(shutil.which("bwrap") is not None)}
 
 [agents.ops]
 system_prompt = "You look things up with your tools."
@@ -188,16 +189,22 @@ async def test_the_fix_a_failing_test_example_runs_offline(client: Client, tmp_p
     assert "OK" in check.output
 
 
-async def test_run_command_waits_for_approval_by_default(client: Client, tmp_path: Path) -> None:
-    """No approval switch in the agents file: each command waits for a person. One is
+@pytest.mark.parametrize("sandbox", ["none", "auto"])
+async def test_run_command_waits_for_approval_by_default_without_a_sandbox(
+    client: Client, tmp_path: Path, sandbox: str
+) -> None:
+    """No approval switch in the agents file and DPLAN_SANDBOX=none: each command waits
+    for a person (with a sandbox, ``approval_required = true`` asks the same). One is
     approved with edited arguments (the edited command runs), one rejected (nothing runs,
     the model reads why)."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
     agents = tmp_path / "agents.toml"
     agents.write_text(
-        '[agents.debug]\ntools = ["run_command"]\nrun_command = {allow = ["touch"]}\n'
+        '[agents.debug]\ntools = ["run_command"]\nrun_command = {allow = ["touch"]'
+        + (", approval_required = true}\n" if sandbox == "auto" else "}\n")
     )
+    sandboxed = sandbox != "none"
     plan = Plan(
         id=f"ask-{uuid.uuid4().hex[:8]}",
         goal="approval by default",
@@ -214,10 +221,11 @@ async def test_run_command_waits_for_approval_by_default(client: Client, tmp_pat
             ),
         ),
     )
-    async with worker(client, tmp_path, agents, workspace, model="scripted/demo") as (s, store):
-        result = asyncio.ensure_future(
-            run_plan(client, plan, s.task_queue, agents=load_agents_file(agents).agents)
-        )
+    async with worker(
+        client, tmp_path, agents, workspace, model="scripted/demo", sandbox=sandbox
+    ) as (s, store):
+        catalog = load_agents_file(agents, sandboxed=sandboxed)
+        result = asyncio.ensure_future(run_plan(client, plan, s.task_queue, agents=catalog.agents))
         pending: dict[str, PendingCall] = {}
         while set(pending) != {"yes", "no"}:  # until both commands wait
             await asyncio.sleep(0.1)

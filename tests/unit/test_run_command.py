@@ -7,13 +7,16 @@ import json
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from durable_plans.activities.commands import COMMAND_REGISTRY, CommandContext, _PidsCgroup
+from durable_plans.activities.commands import COMMAND_REGISTRY, CommandContext
+from durable_plans.activities.sandbox import _PidsCgroup
 from durable_plans.activities.workspace import Workspace
 from durable_plans.domain.tools_config import CommandPolicy
+from durable_plans.settings import Settings
 
 PY = Path(sys.executable).name
 
@@ -98,23 +101,31 @@ async def test_the_environment_carries_no_worker_secret(
     }
 
 
-async def test_a_command_that_never_ends_is_killed_with_its_children(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandbox", ["auto", "none"])
+async def test_a_command_that_never_ends_is_killed_with_its_children(
+    tmp_path: Path, sandbox: str
+) -> None:
     c = ctx(tmp_path, timeout_s=1.0)
-    marker = c.workspace.root / "child.pid"
+    c = CommandContext(c.workspace, c.policy, Settings(sandbox=sandbox))  # type: ignore[arg-type]
+    marker = f"sleeper-{uuid.uuid4().hex}"
     code = (
         "import subprocess, sys, time\n"
-        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
-        f"open({str(marker)!r}, 'w').write(str(p.pid))\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', "
+        f"{marker!r}], start_new_session=True)\n"
         "print('started', flush=True)\n"
         "time.sleep(600)\n"
     )
     out = await run(c, [PY, "-c", code])
     assert out.startswith("error:") and "timed out after 1s" in out
     assert "started" in out
-    child = int(marker.read_text())
-    # Nothing of the command outlives it: the child is gone, or a zombie nobody reaped
-    # yet (SIGKILL was sent; the exit itself is the kernel's, within moments).
-    assert await asyncio.to_thread(_ends, child) in ("gone", "Z")
+    # Nothing of the command outlives it, not even a child in a session of its own: it is
+    # gone, or a zombie nobody reaped yet (SIGKILL was sent; the exit is the kernel's).
+    children = [p for p in os.listdir("/proc") if p.isdigit() and marker in _cmdline(p)]
+    assert [await asyncio.to_thread(_ends, int(p)) for p in children] in (
+        [],
+        ["gone"],
+        ["Z"],
+    )
 
 
 def _ends(pid: int) -> str:
