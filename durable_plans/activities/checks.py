@@ -6,38 +6,28 @@ files) is never committed and never seen by the subtask's own tree. The activity
 idempotent, so a worker that dies mid-check has it run again, from a fresh copy, by the
 next; a finished check's result is in the workflow's history and never runs again.
 
-``_run_one`` is the one place a check's command is run: today the guarded runner of
-``activities/commands.py`` (clean environment, process-group kill at the timeout, output
-capped head and tail); the sandbox (``activities/sandbox.run_sandboxed``) takes its
-place there.
+Every command runs through ``activities/sandbox.run_sandboxed``, as ``run_command`` does:
+under bubblewrap with no network where a sandbox is in force (``DPLAN_SANDBOX``), and never
+unconfined where one is required but missing (``SandboxUnavailable`` fails the subtask with
+its one sentence).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
-from durable_plans.activities.commands import (
-    KILL_GRACE_S,
-    MAX_PROCESSES,
-    _Capture,
-    _child_setup,
-    _kill_group,
-    _PidsCgroup,
-    _user_processes,
-    safe_path,
-)
 from durable_plans.activities.git_workspace import GitWorkspace
 from durable_plans.activities.heartbeat import heartbeating
+from durable_plans.activities.sandbox import CommandOutcome, SandboxUnavailable, run_sandboxed
 from durable_plans.activities.workspace_activities import in_thread
 from durable_plans.domain.checks import (
     ACT_APPEND_CHECK_FEEDBACK,
@@ -47,98 +37,40 @@ from durable_plans.domain.checks import (
     CheckInput,
     CheckRun,
 )
+from durable_plans.domain.failures import FailureType
 from durable_plans.domain.ids import message_id
 from durable_plans.domain.models import Message
 from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.domain.tools_config import SandboxPolicy
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
 
-_READ_CHUNK = 65536
-
-
-@dataclass(frozen=True)
-class CheckOutcome:
-    """What running one command gave (the shape of the sandbox's ``CommandOutcome``)."""
-
-    exit_code: int
-    output: str
-    duration_s: float
-    timed_out: bool
-
-
-def _environment(tree: Path, tmp: str) -> dict[str, str]:
-    return {
-        "PATH": safe_path(),
-        "HOME": str(tree),
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1",
-        "TMPDIR": tmp,
-    }
-
 
 async def _run_one(
-    argv: list[str], tree_dir: Path, timeout_s: float, settings: Settings
-) -> CheckOutcome:
-    """Run one check command in ``tree_dir``: THE SEAM for the sandbox. At merge this
-    becomes ``run_sandboxed(argv, tree_dir, policy=..., timeout_s=timeout_s,
-    settings=settings)`` (its CommandOutcome has the same fields); until then the guard
-    of ``activities/commands.py``: a clean environment, a timeout that kills the process
-    group (and pids cgroup), a process limit, output capped head and tail."""
-    del settings  # the sandbox's policy comes from it
-    started = time.monotonic()
-    program = shutil.which(argv[0], path=safe_path()) if "/" not in argv[0] else argv[0]
-    if program is None:
-        return CheckOutcome(127, f"{argv[0]}: not installed on this worker", 0.0, False)
-    cgroup = _PidsCgroup()
-    nproc = None
-    if cgroup.path is None and os.getuid() != 0:
-        nproc = _user_processes() + MAX_PROCESSES
-    capture = _Capture(MAX_CHECK_OUTPUT_CHARS)
-    with tempfile.TemporaryDirectory(prefix="dplan-check-tmp-") as tmp:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                program,
-                *argv[1:],
-                cwd=tree_dir,
-                env=_environment(tree_dir, tmp),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_child_setup(cgroup, nproc),
-            )
-        except OSError as exc:
-            cgroup.remove()
-            return CheckOutcome(126, f"could not start {argv[0]}: {exc.strerror}", 0.0, False)
-
-        async def drain() -> None:
-            assert proc.stdout is not None
-            while chunk := await proc.stdout.read(_READ_CHUNK):
-                capture.add(chunk)
-
-        reader = asyncio.create_task(drain())
-        timed_out = False
-        try:
-            try:
-                await asyncio.wait_for(proc.wait(), timeout_s)
-            except TimeoutError:
-                timed_out = True
-        finally:
-            _kill_group(proc.pid)
-            cgroup.kill_all()
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            try:
-                await asyncio.wait_for(reader, KILL_GRACE_S)
-            except TimeoutError:
-                reader.cancel()
-            cgroup.remove()
-    code = proc.returncode
-    assert code is not None
-    return CheckOutcome(code, capture.text(), time.monotonic() - started, timed_out)
+    argv: list[str],
+    tree_dir: Path,
+    timeout_s: float,
+    settings: Settings,
+    sandbox: SandboxPolicy | None = None,
+) -> CommandOutcome:
+    """Run one check command on ``tree_dir`` in the worker's sandbox (``DPLAN_SANDBOX``),
+    as ``sandbox`` allows (None: no network, the default limits); no sandbox where one is required:
+    ``SandboxUnavailable``, a non-retryable failure carrying its one sentence (the check is
+    never run unconfined)."""
+    try:
+        outcome = await run_sandboxed(
+            argv,
+            tree_dir,
+            policy=sandbox or SandboxPolicy(),
+            timeout_s=timeout_s,
+            settings=settings,
+        )
+    except SandboxUnavailable as err:
+        raise ApplicationError(
+            str(err), type=FailureType.SANDBOX_UNAVAILABLE, non_retryable=True
+        ) from None
+    # What failed is at the end: the tail is what the model, the report and history keep.
+    return replace(outcome, output=outcome.output[-MAX_CHECK_OUTPUT_CHARS:])
 
 
 @contextlib.contextmanager
@@ -170,7 +102,9 @@ class CheckActivities:
             copy = throwaway_copy(self._git, ref.plan_id, ref.head)
             tree = await in_thread(copy.__enter__)
             try:
-                outcome = await _run_one(list(inp.argv), tree, inp.timeout_s, self._settings)
+                outcome = await _run_one(
+                    list(inp.argv), tree, inp.timeout_s, self._settings, inp.sandbox
+                )
             finally:
                 await asyncio.to_thread(copy.__exit__, None, None, None)
         output = outcome.output

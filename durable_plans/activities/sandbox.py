@@ -604,6 +604,9 @@ async def run_sandboxed(
     tree, where, status = await asyncio.to_thread(_prepare, tree, cwd, settings)
     if status.engine is None or (status.engine == "bwrap" and status.bwrap is None):
         raise SandboxUnavailable(status.refusal)
+    if "/" not in argv[0] and shutil.which(argv[0], path=safe_path()) is None:
+        # Said the same way in and out of bwrap (which would exit 1 with its own words).
+        return CommandOutcome(127, f"{argv[0]}: not installed on this worker", 0.0, False)
     started = time.monotonic()
     if status.engine == "none":
         import tempfile

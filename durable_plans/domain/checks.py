@@ -25,6 +25,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from durable_plans.domain.tools_config import SandboxPolicy
 from durable_plans.domain.workspace import WorkspaceRef
 
 __all__ = [
@@ -220,6 +221,9 @@ class CheckInput(_Frozen):
     argv: tuple[str, ...]
     round: int = 1
     timeout_s: float = DEFAULT_CHECK_TIMEOUT_S
+    # The sandbox the agent's commands run in (its ``run_command`` table: network,
+    # read-only paths, memory); None: offline, with the defaults (a plan's own check).
+    sandbox: SandboxPolicy | None = None
 
 
 class CheckFeedbackInput(_Frozen):

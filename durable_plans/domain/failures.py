@@ -67,6 +67,8 @@ class FailureType(StrEnum):
     # check failed on the merged result (domain/checks.py; details: the subtask's
     # SubtaskFailureDetails with its check runs, or the PlanReport).
     CHECK_FAILED = "CheckFailed"
+    # A command or check refused: no sandbox works where DPLAN_SANDBOX requires one.
+    SANDBOX_UNAVAILABLE = "SandboxUnavailable"
     # A conversation (SessionWorkflow).
     INVALID_AGENT_SWITCH = "InvalidAgentSwitch"
     # A workflow input or an update argument that cannot be used (details: the problems,

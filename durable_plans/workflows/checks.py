@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         CheckRun,
         shown,
     )
+    from durable_plans.domain.tools_config import SandboxPolicy
     from durable_plans.domain.workspace import WorkspaceRef
 
 from durable_plans.workflows import policies
@@ -50,15 +51,23 @@ async def run_check_round(
     on_run: Callable[[CheckRun], None] | None = None,
     on_start: Callable[[Sequence[str]], None] | None = None,
     timeout_s: float = DEFAULT_CHECK_TIMEOUT_S,
+    sandbox: SandboxPolicy | None = None,
 ) -> CheckRun | None:
-    """Run ``commands`` on ``workspace``'s head in order; the first that failed, or None
-    when every one passed. ``on_run`` sees each run as it is recorded."""
+    """Run ``commands`` on ``workspace``'s head in order, in ``sandbox`` (an agent's; None:
+    offline); the first that failed, or None when every one passed. ``on_run`` sees each
+    run as it is recorded."""
     for argv in commands:
         if on_start is not None:
             on_start(argv)
         run: CheckRun = await workflow.execute_activity(
             ACT_RUN_CHECK,
-            CheckInput(workspace=workspace, argv=tuple(argv), round=round_, timeout_s=timeout_s),
+            CheckInput(
+                workspace=workspace,
+                argv=tuple(argv),
+                round=round_,
+                timeout_s=timeout_s,
+                sandbox=sandbox,
+            ),
             result_type=CheckRun,
             start_to_close_timeout=timedelta(seconds=timeout_s + 120),
             heartbeat_timeout=policies.SHORT_HEARTBEAT,

@@ -246,7 +246,12 @@ class SubtaskWorkflow(ApprovalHandlers):
 
             loop.phase = "checking"
             failed = await run_check_round(
-                loop.workspace, checks, round_, on_run=self._keep, on_start=starting
+                loop.workspace,
+                checks,
+                round_,
+                on_run=self._keep,
+                on_start=starting,
+                sandbox=loop.spec.run_command.sandbox if loop.spec.run_command else None,
             )
             if failed is None:
                 loop.phase = "checked"

@@ -37,6 +37,7 @@ PERSISTED = {
     "EmptyAnswer",
     "MaxTurnsReached",
     "CheckFailed",
+    "SandboxUnavailable",
     "InvalidAgentSwitch",
     "InvalidInput",
     "ApprovalRefused",
