@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.checks import (
@@ -32,15 +31,6 @@ with workflow.unsafe.imports_passed_through():
 
 from durable_plans.workflows import policies
 from durable_plans.workflows.store_ops import store_op
-
-# A worker lost mid-check: the next one runs it again (a failing command is a result,
-# not an error; what is retried is a check that could not run at all).
-CHECK_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=10),
-    maximum_attempts=5,
-    non_retryable_error_types=["WorkspaceUnavailable"],
-)
 
 
 async def run_check_round(
@@ -71,7 +61,7 @@ async def run_check_round(
             result_type=CheckRun,
             start_to_close_timeout=timedelta(seconds=timeout_s + 120),
             heartbeat_timeout=policies.SHORT_HEARTBEAT,
-            retry_policy=CHECK_RETRY,
+            retry_policy=policies.check_retry(),
             summary=f"check (round {round_}): {shown(argv)}"[:200],
         )
         if on_run is not None:

@@ -263,3 +263,18 @@ def workspace_retry() -> RetryPolicy:
         maximum_attempts=6,
         non_retryable_error_types=list(NON_RETRYABLE_WORKSPACE_ERRORS),
     )
+
+
+def check_retry() -> RetryPolicy:
+    """A check's retries (``workflows/checks.py``): a failing command is a result, not an
+    error; what is retried is a check that could not run at all (a worker lost mid-check
+    runs it again on the next), never an unusable workspace or a missing sandbox."""
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=10),
+        maximum_attempts=5,
+        non_retryable_error_types=[
+            FailureType.WORKSPACE_UNAVAILABLE.value,
+            FailureType.SANDBOX_UNAVAILABLE.value,
+        ],
+    )
