@@ -238,6 +238,9 @@ def bwrap_argv(
         "--hostname",
         "dplan-sandbox",
     ]
+    # The fresh mounts first: what is bound below may lie under /tmp (a venv or a checkout
+    # in /tmp) and must stay visible over the private /tmp, not be covered by it.
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     # The system: /usr read-only; /bin, /lib* and /sbin as the distro has them (symbolic
     # links into /usr on a merged-/usr system, else read-only too).
     for name in _SYSTEM_DIRS:
@@ -256,7 +259,6 @@ def bwrap_argv(
         args += ["--ro-bind", str(prefix), str(prefix)]
     for extra in policy.read_only:
         args += ["--ro-bind-try", extra, extra]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     bound = [*python_prefixes(), *(Path(p) for p in policy.read_only)]
     for secret in hide:
         if any(secret == b or secret.is_relative_to(b) for b in bound):

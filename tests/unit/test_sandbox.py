@@ -111,6 +111,16 @@ def test_the_worker_python_is_bound_read_only_never_a_home(tmp_path: Path) -> No
     bound = _pairs(argv, "--ro-bind")
     for p in prefixes:
         assert (str(p), str(p)) in bound
+    # A venv (or an operator's path) under /tmp, as in a checkout cloned there, is bound
+    # after the private /tmp is mounted: mounted before, the tmpfs hid it ("bwrap: execvp
+    # /tmp/fresh/.venv/bin/python: No such file or directory" for every command).
+    private_tmp = next(i for i, a in enumerate(argv) if a == "--tmpfs" and argv[i + 1] == "/tmp")
+    policy = SandboxPolicy(read_only=("/tmp/data",))
+    under_tmp = _argv(tmp_path / "t", policy=policy)
+    assert under_tmp.index("/tmp") < under_tmp.index("/tmp/data")
+    for i, a in enumerate(argv):
+        if a == "--ro-bind" and Path(argv[i + 2]) in prefixes:
+            assert i > private_tmp, argv[i + 2]
 
 
 def test_operator_paths_are_read_only_and_secrets_under_them_stay_hidden(
