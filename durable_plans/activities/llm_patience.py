@@ -3,9 +3,9 @@
 A 429 is a provider saying "later", not "no": a durable orchestrator waits. So a refused
 attempt fails with the wait it asks for (``ApplicationError.next_retry_delay``: the
 provider's Retry-After, else the policy's backoff; ``policies.rate_limit_delay``) and
-Temporal runs the next attempt then, for local and regular activities alike (a local
-activity's retry longer than the SDK's ``local_retry_threshold``, a minute, is a timer
-in its workflow, placed by the SDK). What bounds it is time: the waits a call's refusals
+Temporal runs the next attempt then, for local and regular activities alike (every
+local activity's retry is a timer in its workflow, placed by the SDK:
+``policies.LOCAL_RETRY_THRESHOLD``). What bounds it is time: the waits a call's refusals
 asked for, summed, against ``DPLAN_RATE_LIMIT_PATIENCE`` (``policies.ActivityParameters.
 llm_rate_limit_patience``). Once they reach it, the next refusal fails the call,
 non-retryable, in one sentence: "rate limited for 10m 3s by the provider (312 refusals);
@@ -21,9 +21,9 @@ llm_retry``).
 The refusals of a call are kept in the session store (``SessionStore.record_wait``: one
 row per refused attempt, by its number and start time), under the call's message id,
 which every attempt of the call shares, however it is run again: a local activity's
-attempt after a wait past ``local_retry_threshold`` (which Temporal schedules anew, with
-a new schedule time), a local activity run again from attempt 1 after its worker died, a
-turn asked again after its history was compacted. A retried subtask (``dplan retry``)
+attempt after its wait (which Temporal schedules anew, with a new schedule time), a local
+activity run again from attempt 1 after its worker died, a turn asked again after its
+history was compacted. A retried subtask (``dplan retry``)
 has a scope, hence message ids, of its own.
 
 Why this is exact in the report (``Usage.rate_limited_s``): the answer carries the sum
