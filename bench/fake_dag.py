@@ -144,13 +144,13 @@ class LitellmAgent:
     async def __call__(self, subtask: Subtask, deps: Sequence[DependencyResult]) -> StepOutcome:
         # Imported here, like the activities do: litellm's import is slow and this module
         # must stay importable (and testable) without paying it up front.
-        from durable_plans.activities.llm import import_litellm
-        from durable_plans.activities.tool_registry import openai_tool_schemas
-        from durable_plans.activities.workspace import Workspace
-        from durable_plans.activities.workspace_tools import (
+        from durable_plans.activities.file_jail import FileJail
+        from durable_plans.activities.file_tools import (
             WORKSPACE_TOOLS,
             execute_workspace_tool,
         )
+        from durable_plans.activities.llm import import_litellm
+        from durable_plans.activities.tool_registry import openai_tool_schemas
         from durable_plans.domain.agents import agent_spec
 
         litellm = import_litellm()
@@ -160,7 +160,7 @@ class LitellmAgent:
             messages.append({"role": "system", "content": format_dependency_context(deps)})
         messages.append({"role": "user", "content": subtask.description})
         tools = openai_tool_schemas(WORKSPACE_TOOLS[n] for n in spec.tools if n in WORKSPACE_TOOLS)
-        workspace = Workspace(self.workspace)
+        workspace = FileJail(self.workspace)
         kwargs: dict[str, Any] = {
             "model": self.model,
             "api_base": self.api_base,

@@ -13,7 +13,7 @@ store, one pair of workers, three plans one after the other:
 * **after**: the subtasks name another model of the same provider, which
   ``DPLAN_RATE_LIMITS`` limits at ``--share`` (90 %) of the provider's rates, shared by
   both workers through the SQLite store beside the session store
-  (``activities/rate_limits.py``); then **after 2**, the same again, the workers' token
+  (``activities/shared_limits.py``); then **after 2**, the same again, the workers' token
   estimates having learnt how the provider counts.
 
 Printed per run: requests the provider received, how many it refused (and their share),

@@ -37,10 +37,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from durable_plans.activities.file_jail import FileJail
+from durable_plans.activities.file_tools import execute_workspace_tool
 from durable_plans.activities.git_workspace import GitWorkspace, tool_commit_message
-from durable_plans.activities.workspace import Workspace
-from durable_plans.activities.workspace_tools import execute_workspace_tool
-from durable_plans.domain.workspace import GitIdentity, WorkspaceRef
+from durable_plans.domain.workspace_refs import GitIdentity, WorkspaceRef
 
 IDENTITY = GitIdentity(name="coder", email="coder@bench.invalid")
 PLAN = "bench"
@@ -121,7 +121,7 @@ class Chain:
         args = json.dumps({"path": f"work/out{i % 7}.txt", "content": f"call {i}\n" * 20})
         with self.gw.checkout(self.ref()) as lease:
             lease.mark_changing()
-            result = execute_workspace_tool("write_file", args, Workspace(lease.path))
+            result = execute_workspace_tool("write_file", args, FileJail(lease.path))
             message = tool_commit_message(self.tree, self.turn, 0, "write_file")
             commit = lease.commit(message, 1_800_000_000 + self.turn)
         if not result.ok or commit is None:
@@ -131,7 +131,7 @@ class Chain:
     def read(self, i: int) -> None:
         args = json.dumps({"path": "d000/f00001.txt" if i >= 0 else "x"})
         with self.gw.checkout(self.ref()) as lease:
-            result = execute_workspace_tool("read_file", args, Workspace(lease.path))
+            result = execute_workspace_tool("read_file", args, FileJail(lease.path))
         if not result.ok:
             raise RuntimeError(result.content)
 
@@ -147,7 +147,7 @@ def bench_size(files: int, calls: int, cold_calls: int, root: Path) -> list[tupl
     rows.append(("write_file + commit", measure(calls, chain.write)))
     rows.append(("read_file", measure(calls, chain.read)))
 
-    plain = Workspace(root / f"plain-{files}")
+    plain = FileJail(root / f"plain-{files}")
 
     def plain_write(i: int) -> None:
         args = json.dumps({"path": f"work/out{i % 7}.txt", "content": f"call {i}\n" * 20})

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         TextStreamed,
         load_plan,
     )
-    from durable_plans.domain.approvals import ApprovalDecision
+    from durable_plans.domain.approval_rules import ApprovalDecision
     from durable_plans.domain.models import (
         Budget,
         Plan,
@@ -119,7 +119,7 @@ _HOMES: dict[str, str] = {
             "TextStreamed",
             "load_plan",
         ),
-        "durable_plans.domain.approvals": ("ApprovalDecision",),
+        "durable_plans.domain.approval_rules": ("ApprovalDecision",),
         "durable_plans.domain.models": (
             "Budget",
             "Plan",

@@ -106,7 +106,7 @@ PASSTHROUGH_MODULES: tuple[str, ...] = (
     "durable_plans.workflows.store_ops",
     "durable_plans.workflows.agent_loop",
     "durable_plans.workflows.visibility",
-    "durable_plans.workflows.approvals",
+    "durable_plans.workflows.approval_desk",
     "durable_plans.workflows.live",
     "durable_plans.workflows.subtask",
 )

@@ -29,9 +29,9 @@ from durable_plans.connection import (
 from durable_plans.domain.contracts import SUBTASK_WORKFLOW
 from durable_plans.domain.durations import DurationError, parse_duration
 from durable_plans.domain.models import Budget
-from durable_plans.domain.rate_limits import RateLimit, RateLimitConfigError, parse_rate_limits
+from durable_plans.domain.rate_pacing import RateLimit, RateLimitConfigError, parse_rate_limits
 from durable_plans.domain.streaming import STREAM_MODES, StreamMode, streams_in
-from durable_plans.domain.workspace import DEFAULT_BRANCH_PREFIX
+from durable_plans.domain.workspace_refs import DEFAULT_BRANCH_PREFIX
 from durable_plans.event_loop import EVENT_LOOPS, EventLoopChoice
 from durable_plans.payload_codec import PayloadKeyError, PayloadKeyring, keyring_from_env
 from durable_plans.workflows.policies import DEFAULT_PARAMETERS, ActivityParameters
@@ -368,7 +368,7 @@ class Settings:
     rate_limits: tuple[tuple[str, RateLimit], ...] = ()
     """Requests and tokens per minute per model (``DPLAN_RATE_LIMITS``:
     ``openai/gpt-4o=rpm:500,tpm:30000; *=rpm:60``), shared by every worker of one store
-    (``activities/rate_limits.py``, docs/limits.md); empty: no model is paced."""
+    (``activities/shared_limits.py``, docs/limits.md); empty: no model is paced."""
     rate_limit_store: str | None = field(default=None, repr=False)
     """Where the shared limits live (``DPLAN_RATE_LIMIT_STORE``); None: beside the
     session store. Hidden from ``repr``: a URL may carry a password."""

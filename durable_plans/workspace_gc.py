@@ -13,7 +13,7 @@ What decides is Temporal, never the files:
   whose id is the plan id, or a conversation's ``SessionWorkflow``) has no open run, the
   run chain that made the tree is one Temporal lists as closed (its run key, the first
   ten characters of the tree's name, is the hash of the chain's first run id:
-  ``workflows/workspace.subtask_tree``), and both its close time and the tree's last
+  ``workflows/plan_workspace.subtask_tree``), and both its close time and the tree's last
   modification are older than the retention. So a running plan, a plan paused on a
   failure or waiting for an approval (both Running to Temporal), a plan of another
   namespace that happens to share an id, and a plan run again under its id meanwhile

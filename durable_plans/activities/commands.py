@@ -30,7 +30,9 @@ from pathlib import Path
 from pydantic import Field
 from temporalio import activity
 
+from durable_plans.activities.file_jail import MAX_PATH_CHARS, FileJail, ToolRefused
 from durable_plans.activities.git_workspace import GitWorkspace, tool_commit_message
+from durable_plans.activities.git_workspace_activities import in_thread, leased_tree
 from durable_plans.activities.heartbeat import heartbeating
 from durable_plans.activities.sandbox import (
     SandboxUnavailable,
@@ -40,8 +42,6 @@ from durable_plans.activities.sandbox import (
 )
 from durable_plans.activities.tool_calls import pending_call, store_answer
 from durable_plans.activities.tool_registry import ToolArgs, ToolRegistry, ToolResult, ToolSpec
-from durable_plans.activities.workspace import MAX_PATH_CHARS, ToolRefused, Workspace
-from durable_plans.activities.workspace_activities import in_thread, leased_tree
 from durable_plans.domain.contracts import ToolCallOutput
 from durable_plans.domain.tool_contracts import ACT_RUN_COMMAND, CommandCallInput
 from durable_plans.domain.tools_config import RUN_COMMAND_TOOL, CommandPolicy
@@ -75,12 +75,12 @@ RUN_COMMAND_DOC = (
 
 @dataclass(frozen=True)
 class CommandContext:
-    workspace: Workspace
+    workspace: FileJail
     policy: CommandPolicy
     settings: Settings = field(default_factory=Settings)
 
 
-def clean_environment(workspace: Workspace, tmp: str) -> dict[str, str]:
+def clean_environment(workspace: FileJail, tmp: str) -> dict[str, str]:
     """A new environment, nothing inherited: the worker's secrets cannot leak through it."""
     return minimal_environment(workspace.root, tmp)
 
@@ -89,7 +89,7 @@ def _shown(text: str, limit: int = 120) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "…")
 
 
-def check_arguments(args: list[str], cwd: Path, workspace: Workspace) -> None:
+def check_arguments(args: list[str], cwd: Path, workspace: FileJail) -> None:
     """Refuse an argument that names a path outside the workspace."""
     for arg in args:
         if "\x00" in arg:
@@ -209,13 +209,13 @@ class CommandActivities:
             arguments = inp.arguments if inp.arguments is not None else call.function.arguments
             if inp.workspace is None:
                 context = CommandContext(
-                    Workspace(self._settings.workspace), inp.policy, self._settings
+                    FileJail(self._settings.workspace), inp.policy, self._settings
                 )
                 result = await COMMAND_REGISTRY.execute(call.function.name, arguments, context)
                 return await store_answer(self._store, inp.call, call, result)
             async with leased_tree(self._git, inp.workspace) as lease:
                 await in_thread(lease.mark_changing)
-                context = CommandContext(Workspace(lease.path), inp.policy, self._settings)
+                context = CommandContext(FileJail(lease.path), inp.policy, self._settings)
                 result = await COMMAND_REGISTRY.execute(call.function.name, arguments, context)
                 message = self._message(inp, call.function.name)
                 commit = await in_thread(lease.commit, message, inp.at_s)

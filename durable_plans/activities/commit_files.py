@@ -5,7 +5,7 @@ A subtask that only looks at the workspace (most do: ``list_dir``, ``read_file``
 costs no tree on disk (no checkout, index, state or lock file) and no git process: the
 objects come through the workspace's long-lived ``git cat-file`` (``git_run.ObjectReader``).
 
-``CommitFiles`` is a :class:`~activities.workspace.Workspace` whose file-system steps read
+``CommitFiles`` is a :class:`~activities.file_jail.FileJail` whose file-system steps read
 the commit instead, so every check, limit and message is the same code. Where the
 checkout could differ from the objects, it does not guess: ``NeedsTree`` is raised and the
 caller runs the call on the materialised tree as before. That is a path through a symbolic
@@ -26,17 +26,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from durable_plans.activities.git_run import GitFailed, ObjectReader
-from durable_plans.activities.workspace import (
+from durable_plans.activities.file_jail import (
     _TEMP_SUFFIX,
     MAX_FILE_BYTES,
     MAX_PATH_CHARS,
     SKIPPED_DIRS,
+    FileJail,
     ToolRefused,
-    Workspace,
     _show,
     _text_lines,
 )
+from durable_plans.activities.git_run import GitFailed, ObjectReader
 
 __all__ = ["CONVERTING", "CommitFiles", "NeedsTree"]
 
@@ -60,11 +60,11 @@ class NeedsTree(Exception):
     give the checkout's answer (the reason, for a log)."""
 
 
-class CommitFiles(Workspace):
+class CommitFiles(FileJail):
     """The read-only file tools on ``commit``, through ``objects``."""
 
     def __init__(self, objects: ObjectReader, commit: str) -> None:
-        # No directory: Workspace.__init__ would make one.
+        # No directory: FileJail.__init__ would make one.
         self.root = _ROOT
         self._objects = objects
         found = self._info(f"{commit}^{{tree}}")
@@ -148,7 +148,7 @@ class CommitFiles(Workspace):
             raise NeedsTree("a symbolic link or a submodule")
         return entry
 
-    # ------------------------------------------------------------------ Workspace's steps
+    # ------------------------------------------------------------------ FileJail's steps
 
     def _real(self, joined: Path, shown: str) -> Path:
         """``Path.resolve``'s walk, component by component: without a symbolic link on the

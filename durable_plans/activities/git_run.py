@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO
 
 from durable_plans.domain.secrets import scrub_secrets
-from durable_plans.domain.workspace import WorkspaceConflictDetails
+from durable_plans.domain.workspace_refs import WorkspaceConflictDetails
 
 __all__ = [
     "MIN_GIT_VERSION",

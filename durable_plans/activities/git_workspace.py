@@ -57,7 +57,7 @@ from durable_plans.activities.git_run import (
     git_version,
     redact_url,
 )
-from durable_plans.domain.workspace import (
+from durable_plans.domain.workspace_refs import (
     COMMIT_RE,
     DEFAULT_BRANCH_PREFIX,
     GitIdentity,

@@ -37,8 +37,8 @@ from durable_plans.activities.model_choice import (
     model_chain,
 )
 from durable_plans.activities.prompt_cache import cache_markers_for, cached_tokens_of
-from durable_plans.activities.rate_limits import SharedRateLimits
 from durable_plans.activities.sessions import begin_branch, close_branch
+from durable_plans.activities.shared_limits import SharedRateLimits
 from durable_plans.activities.spend import paid_for, record_paid
 from durable_plans.activities.streaming import LivePublisher, streamed_completion
 from durable_plans.activities.tool_catalog import tool_specs
@@ -190,7 +190,7 @@ class LlmActivities:
         self._store = store
         self._settings = settings
         self._client: LlmClient | None = None  # one per worker, made on first call
-        self._limits = SharedRateLimits.from_settings(settings)  # activities/rate_limits.py
+        self._limits = SharedRateLimits.from_settings(settings)  # activities/shared_limits.py
         self._parameters = settings.activity_parameters()  # bounds of retries (llm_patience)
 
     def client(self, litellm: Any) -> LlmClient:

@@ -47,7 +47,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from durable_plans.domain.failures import FailureType
-from durable_plans.domain.rate_limits import format_duration
+from durable_plans.domain.rate_pacing import format_duration
 from durable_plans.session_store import SessionStore, WaitTally
 from durable_plans.workflows.policies import ActivityParameters
 

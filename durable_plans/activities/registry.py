@@ -5,23 +5,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from durable_plans.activities.approvals import ApprovalActivities
-from durable_plans.activities.chat_workspace import ChatWorkspaceActivities
+from durable_plans.activities.approval_args import ApprovalActivities
+from durable_plans.activities.chat_branch import ChatWorkspaceActivities
 from durable_plans.activities.checks import CheckActivities
 from durable_plans.activities.commands import CommandActivities
 from durable_plans.activities.compaction import CompactionActivities
 from durable_plans.activities.conversation import ConversationActivities
 from durable_plans.activities.delegation import DelegationActivities
 from durable_plans.activities.git_workspace import GitWorkspace
+from durable_plans.activities.git_workspace_activities import WorkspaceActivities
 from durable_plans.activities.llm import LlmActivities
 from durable_plans.activities.mcp import McpActivities
-from durable_plans.activities.notify import NotifyActivities
 from durable_plans.activities.plan_data import PlanDataActivities
 from durable_plans.activities.sessions import SessionActivities
 from durable_plans.activities.subagents import SubagentActivities
 from durable_plans.activities.tool_calls import ToolErrorActivities
 from durable_plans.activities.tools import ToolActivities
-from durable_plans.activities.workspace_activities import WorkspaceActivities
+from durable_plans.activities.webhook_delivery import NotifyActivities
 from durable_plans.domain.agents_loader import load_catalog
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings

@@ -1,6 +1,6 @@
 """Every built-in tool in one table, and the one check of whether an agent may call one.
 
-The tools are declared where they run (the file tools in :mod:`activities.workspace_tools`,
+The tools are declared where they run (the file tools in :mod:`activities.file_tools`,
 delegation, sub-agents and the conversation's tools in :mod:`activities.orchestration_tools`,
 ``run_command`` in :mod:`activities.commands`); this is where they meet: what a model is
 told about each (its JSON schema), which only read the workspace, and whether a call is
@@ -19,9 +19,9 @@ from types import MappingProxyType
 from typing import Final
 
 from durable_plans.activities.commands import COMMAND_TOOLS
+from durable_plans.activities.file_tools import WORKSPACE_TOOLS
 from durable_plans.activities.orchestration_tools import ORCHESTRATION_TOOLS
 from durable_plans.activities.tool_registry import ToolResult, ToolSpec, unknown_tool
-from durable_plans.activities.workspace_tools import WORKSPACE_TOOLS
 
 __all__ = ["BUILTIN_TOOLS", "READ_ONLY_TOOLS", "refuse_call", "tool_specs"]
 

@@ -25,7 +25,7 @@ from typing import Any, Generic, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from durable_plans.activities.workspace import ToolRefused
+from durable_plans.activities.file_jail import ToolRefused
 
 ContextT = TypeVar("ContextT")
 ArgsT = TypeVar("ArgsT", bound=BaseModel)
@@ -192,7 +192,7 @@ class _Entry:
 class ToolRegistry(Generic[ContextT]):
     """Tools by name: spec, argument model and handler, run against a context.
 
-    The context is whatever the handlers need (a ``Workspace`` for the file tools; later
+    The context is whatever the handlers need (a ``FileJail`` for the file tools; later
     a richer object for sub-agents). Handlers may be sync or async: ``execute`` awaits
     what needs awaiting, ``execute_sync`` serves registries of sync handlers from a
     worker thread.

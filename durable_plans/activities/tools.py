@@ -20,17 +20,17 @@ import contextlib
 from temporalio import activity
 
 from durable_plans.activities import observe
+from durable_plans.activities.file_jail import FileJail
+from durable_plans.activities.file_tools import execute_workspace_tool
 from durable_plans.activities.git_workspace import GitWorkspace, NeedsTree, tool_commit_message
+from durable_plans.activities.git_workspace_activities import in_thread
 from durable_plans.activities.heartbeat import heartbeating
 from durable_plans.activities.tool_calls import pending_call, store_answer
 from durable_plans.activities.tool_catalog import READ_ONLY_TOOLS, refuse_call
 from durable_plans.activities.tool_registry import ToolResult
-from durable_plans.activities.workspace import Workspace
-from durable_plans.activities.workspace_activities import in_thread
-from durable_plans.activities.workspace_tools import execute_workspace_tool
 from durable_plans.domain.contracts import ACT_RUN_TOOL, ToolCallInput, ToolCallOutput
 from durable_plans.domain.tool_contracts import ToolCallAt
-from durable_plans.domain.workspace import WorkspaceRef
+from durable_plans.domain.workspace_refs import WorkspaceRef
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
 
@@ -77,7 +77,7 @@ class ToolActivities:
         commit: str | None = None
         if result is None:
             if inp.workspace is None:
-                workspace = Workspace(self._settings.workspace)
+                workspace = FileJail(self._settings.workspace)
                 result = await asyncio.to_thread(execute_workspace_tool, name, arguments, workspace)
             else:
                 done, commit = await in_thread(self._in_tree, inp, inp.workspace, name, arguments)
@@ -102,7 +102,7 @@ class ToolActivities:
         with self._git.checkout(ref) as lease:
             if changing:
                 lease.mark_changing()
-            result = execute_workspace_tool(name, arguments, Workspace(lease.path))
+            result = execute_workspace_tool(name, arguments, FileJail(lease.path))
             if not changing:
                 return result, None
             message = tool_commit_message(ref.tree, inp.turn, inp.call_index, name, inp.scope)

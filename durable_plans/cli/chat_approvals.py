@@ -19,7 +19,7 @@ from temporalio.service import RPCError
 from durable_plans._errors import Refused
 from durable_plans.client._approvals import decide_in, pending_in_tree
 from durable_plans.client._operator import default_operator
-from durable_plans.domain.approvals import (
+from durable_plans.domain.approval_rules import (
     PendingApproval,
     WorkflowApprovals,
     edited_arguments_problem,

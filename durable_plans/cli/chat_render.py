@@ -16,7 +16,7 @@ from rich.markdown import Markdown
 from rich.status import Status
 from rich.text import Text
 
-from durable_plans.domain.approvals import ApprovalDecision
+from durable_plans.domain.approval_rules import ApprovalDecision
 from durable_plans.domain.compaction import CompactOutput
 from durable_plans.domain.models import Message
 from durable_plans.domain.session_contracts import (

@@ -28,7 +28,7 @@ from durable_plans.cli.workspace_lines import short_commit, workspace_line
 from durable_plans.client._live import PlanWatch, SubtaskNow
 from durable_plans.domain.checks import CheckRun, shown
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, SubtaskResult, SubtaskStatus
-from durable_plans.domain.rate_limits import format_duration
+from durable_plans.domain.rate_pacing import format_duration
 
 __all__ = [
     "StatusFn",

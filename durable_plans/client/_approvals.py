@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_plans._errors import InvalidArgument, Refused
-from durable_plans.domain.approvals import (
+from durable_plans.domain.approval_rules import (
     QUERY_APPROVALS,
     UPDATE_APPROVE,
     UPDATE_REJECT,

@@ -53,7 +53,7 @@ from durable_plans.client._visibility import PlanSummary, list_plans
 from durable_plans.client._watch import PlanEvent, watch_plan
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.agents_loader import AgentsFileError, load_catalog
-from durable_plans.domain.approvals import ApprovalDecision
+from durable_plans.domain.approval_rules import ApprovalDecision
 from durable_plans.domain.models import Plan, PlanReport
 from durable_plans.domain.operations import (
     RAISE_BUDGET_UPDATE,

@@ -49,7 +49,6 @@ from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput
 from durable_plans.domain.failures import FailureType, MalformedDetails, read_plan_report
 from durable_plans.domain.models import DeliveryOutcome, Plan, PlanReport, SubtaskStatus
-from durable_plans.domain.notify import NOTIFY_MEMO_KEY
 from durable_plans.domain.plan_data import (
     INLINE_PLAN_BYTES,
     PACKED_FIELD,
@@ -60,6 +59,7 @@ from durable_plans.domain.plan_data import (
     size_problems,
 )
 from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.domain.webhook import NOTIFY_MEMO_KEY
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings

@@ -18,7 +18,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from durable_plans.domain.approvals import ApprovalPolicy
+from durable_plans.domain.approval_rules import ApprovalPolicy
 from durable_plans.domain.checks import MAX_CHECK_ROUNDS, CheckCommands
 from durable_plans.domain.tools_config import RUN_COMMAND_TOOL, CommandPolicy, McpServerConfig
 
@@ -66,7 +66,7 @@ class AgentSpec(BaseModel):
     """Models that take over, in order, while ``model`` keeps failing; None means the
     worker's ``DPLAN_FALLBACK_MODELS``, ``()`` none (``activities/model_choice.py``)."""
     approval: ApprovalPolicy | None = None
-    """Which of its tool calls wait for a person (``domain.approvals``); None: defaults."""
+    """Which of its tool calls wait for a person (``domain.approval_rules``); None: defaults."""
     mcp: tuple[str, ...] = ()
     """MCP servers (``"git"``) or single tools (``"git/git_status"``) it may call."""
     run_command: CommandPolicy | None = None

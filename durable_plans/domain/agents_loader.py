@@ -68,7 +68,7 @@ from durable_plans.domain.agents import (
     AgentCatalog,
     AgentSpec,
 )
-from durable_plans.domain.approvals import ApprovalPolicy, policy_problems
+from durable_plans.domain.approval_rules import ApprovalPolicy, policy_problems
 from durable_plans.domain.checks import check_problems, check_rounds_problems
 from durable_plans.domain.problems import (
     ProblemsError,

@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from durable_plans.domain.tools_config import SandboxPolicy
-from durable_plans.domain.workspace import WorkspaceRef
+from durable_plans.domain.workspace_refs import WorkspaceRef
 
 __all__ = [
     "ACT_APPEND_CHECK_FEEDBACK",

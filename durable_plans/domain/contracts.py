@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from durable_plans.domain.agents import AgentSpec
-from durable_plans.domain.approvals import ApprovalPolicy
+from durable_plans.domain.approval_rules import ApprovalPolicy
 from durable_plans.domain.checks import CheckRun
 from durable_plans.domain.compaction import WindowCheck
 from durable_plans.domain.models import (
@@ -25,7 +25,7 @@ from durable_plans.domain.models import (
 )
 from durable_plans.domain.plan_data import PackedPlan, PlanDataRef
 from durable_plans.domain.tools_config import McpServerTools, ToolSchema
-from durable_plans.domain.workspace import WorkspaceRef, WorkspaceStart
+from durable_plans.domain.workspace_refs import WorkspaceRef, WorkspaceStart
 
 # Workflow type names, like activity names, are part of recorded histories (and of
 # `temporal workflow start --type ...`): renaming one breaks replay. A workflow starts
@@ -47,7 +47,7 @@ ACT_BRANCH_SPEND = "branch_spend"
 ACT_DELIVER_WEBHOOK = "deliver_webhook"
 ACT_DESCRIBE_CALL = "describe_tool_call"
 ACT_ANSWER_CALL = "answer_tool_call_with"
-# The workspace as git (domain/workspace.py): a plan's base, a subtask's starting tree,
+# The workspace as git (domain/workspace_refs.py): a plan's base, a subtask's starting tree,
 # the plan's result branch.
 ACT_WORKSPACE_OPEN = "workspace_open"
 ACT_WORKSPACE_MERGE = "workspace_merge"
@@ -317,7 +317,7 @@ class SubtaskInput(_Payload):
     # Times this subtask was started before (``dplan retry``/``resume``): its attempt
     # works on a branch of its own (``domain.ids.attempt_key``).
     retries: int = Field(default=0, ge=0)
-    # The plan's tool approval policy; None: each agent's own (see domain.approvals).
+    # The plan's tool approval policy; None: each agent's own (see domain.approval_rules).
     approval: ApprovalPolicy | None = None
     # The MCP servers' tools listed when the plan started (the agent uses those it may).
     mcp_tools: tuple[McpServerTools, ...] = ()

@@ -75,9 +75,9 @@ class FailureType(StrEnum):
     # one line each); a plan's own input fails with INVALID_PLAN instead.
     INVALID_INPUT = "InvalidInput"
     # A decision on a tool call that cannot be taken: unknown call, already decided, or
-    # replacement arguments that are not a JSON object (workflows/approvals.py).
+    # replacement arguments that are not a JSON object (workflows/approval_desk.py).
     APPROVAL_REFUSED = "ApprovalRefused"
-    # The workspace (domain/workspace.py): dependencies that changed the same lines
+    # The workspace (domain/workspace_refs.py): dependencies that changed the same lines
     # (details: WorkspaceConflictDetails), or a repository or remote that cannot be used.
     WORKSPACE_CONFLICT = "WorkspaceConflict"
     WORKSPACE_UNAVAILABLE = "WorkspaceUnavailable"
@@ -100,7 +100,7 @@ class FailureType(StrEnum):
     SERVER_ERROR = "ServerError"
     CONFLICT = "Conflict"
     LLM_ERROR = "LlmError"  # an LLM activity's failure of no known kind
-    # A plan-end webhook (activities/notify.py): the receiver refused it (a 4xx other than
+    # A plan-end webhook (activities/webhook_delivery.py): the receiver refused it (a 4xx other than
     # 408/429), the worker cannot sign it (secret missing or malformed), or it is worth
     # another attempt (connection error, 408, 429, 5xx).
     WEBHOOK_REJECTED = "WebhookRejected"

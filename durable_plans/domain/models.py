@@ -13,9 +13,9 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, model_validator
 
-from durable_plans.domain.approvals import ApprovalPolicy
+from durable_plans.domain.approval_rules import ApprovalPolicy
 from durable_plans.domain.checks import MAX_CHECK_ROUNDS, CheckCommands, CheckRuns
-from durable_plans.domain.workspace import WorkspaceSummary
+from durable_plans.domain.workspace_refs import WorkspaceSummary
 
 Role = Literal["system", "user", "assistant", "tool"]
 

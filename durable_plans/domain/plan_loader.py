@@ -28,10 +28,9 @@ from pydantic import ValidationError
 
 from durable_plans.domain.agents import APPROVABLE_TOOL_NAMES
 from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
-from durable_plans.domain.approvals import ApprovalPolicy, policy_problems
+from durable_plans.domain.approval_rules import ApprovalPolicy, policy_problems
 from durable_plans.domain.checks import check_problems, check_rounds_problems
 from durable_plans.domain.models import Notify, Plan, Subtask
-from durable_plans.domain.notify import notify_problems
 from durable_plans.domain.problems import (
     ProblemsError,
     capped,
@@ -51,6 +50,7 @@ from durable_plans.domain.text_formats import (
     quote,
     read_text_file,
 )
+from durable_plans.domain.webhook import notify_problems
 
 # A plan file's size and subtask count; what else limits a plan's size is what it travels
 # as (``domain.plan_data.size_problems``), its data being kept in the session store.

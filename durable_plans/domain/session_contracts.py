@@ -17,13 +17,13 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from durable_plans.domain.agents import AgentSpec
-from durable_plans.domain.approvals import ApprovalDecision
+from durable_plans.domain.approval_rules import ApprovalDecision
 from durable_plans.domain.compaction import CompactOutput
 
 # Derived in domain.ids with every other id; re-exported for the callers that found it here.
 from durable_plans.domain.ids import session_workflow_id as session_workflow_id
 from durable_plans.domain.models import Budget, Message, PlanStatus, Usage
-from durable_plans.domain.workspace import COMMIT_RE, GitIdentity, WorkspaceRef
+from durable_plans.domain.workspace_refs import COMMIT_RE, GitIdentity, WorkspaceRef
 
 SESSION_WORKFLOW = "SessionWorkflow"
 UPDATE_SEND_MESSAGE = "send_message"

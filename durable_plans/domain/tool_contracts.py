@@ -12,7 +12,7 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict
 
 from durable_plans.domain.tools_config import CommandPolicy, McpServerTools
-from durable_plans.domain.workspace import WorkspaceRef
+from durable_plans.domain.workspace_refs import WorkspaceRef
 
 ACT_LIST_MCP_TOOLS: Final = "list_mcp_tools"
 ACT_CALL_MCP_TOOL: Final = "call_mcp_tool"

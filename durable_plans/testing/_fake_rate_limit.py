@@ -3,7 +3,7 @@
 A real provider refuses what exceeds its limits with 429 and says when to come back
 (``retry-after-ms``, ``retry-after``); so does this one when given limits
 (``FakeProvider(requests_per_s=2, tokens_per_minute=6000)``), so the orchestrator's
-pacing (``activities/rate_limits.py``) can be measured against a limit it does not know.
+pacing (``activities/shared_limits.py``) can be measured against a limit it does not know.
 
 Two token buckets on the provider's clock, refilled continuously: requests (capacity
 ``requests_per_s x window_s``, at least one) and tokens (capacity ``tokens_per_minute / 60

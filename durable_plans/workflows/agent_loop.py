@@ -12,7 +12,7 @@ retries (a command at most once unless declared idempotent), and a workflow may 
 own (SessionWorkflow's ``switch_agent`` and ``create_plan``) through
 ``custom_tools``.
 
-With a ``workspace`` (a tree at a commit, ``domain.workspace``), every call that may
+With a ``workspace`` (a tree at a commit, ``domain.workspace_refs``), every call that may
 change files names the tree's head and returns the commit it made, which becomes the
 head; such calls run one at a time (``_on_tree``), in the order the model made them, so
 each starts from the commit the previous one made and no write is lost to a parallel one.
@@ -39,7 +39,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.agents import DELEGATE_TOOL, SPAWN_TOOL, AgentCatalog, AgentSpec
-    from durable_plans.domain.approvals import ApprovalPolicy, effective_policy, needs_approval
+    from durable_plans.domain.approval_rules import ApprovalPolicy, effective_policy, needs_approval
     from durable_plans.domain.compaction import (
         ACT_COMPACT_HISTORY,
         REASON_EXCEEDED,
@@ -98,13 +98,13 @@ with workflow.unsafe.imports_passed_through():
         mcp_tool_schemas,
         requires_approval,
     )
-    from durable_plans.domain.workspace import WorkspaceRef
+    from durable_plans.domain.workspace_refs import WorkspaceRef
 
 from durable_plans.workflows import policies, versions
-from durable_plans.workflows.approvals import ApprovalDesk, edited_note
+from durable_plans.workflows.approval_desk import ApprovalDesk, edited_note
 from durable_plans.workflows.llm_call import execute_llm_activity
+from durable_plans.workflows.plan_workspace import moved_to, subagent_start
 from durable_plans.workflows.store_ops import store_op
-from durable_plans.workflows.workspace import moved_to, subagent_start
 
 # A workflow's own tool: (assistant message id, turn, call index, call) → a note for the
 # session, or None. It must write the tool result itself (through an activity).

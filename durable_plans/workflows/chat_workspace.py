@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
         ChatPublishOutput,
         ChatWorkspace,
     )
-    from durable_plans.domain.workspace import (
+    from durable_plans.domain.workspace_refs import (
         GitIdentity,
         WorkspaceOpenInput,
         WorkspaceOpenOutput,

@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
         shown,
     )
     from durable_plans.domain.tools_config import SandboxPolicy
-    from durable_plans.domain.workspace import WorkspaceRef
+    from durable_plans.domain.workspace_refs import WorkspaceRef
 
 from durable_plans.workflows import policies
 from durable_plans.workflows.store_ops import store_op

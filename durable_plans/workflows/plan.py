@@ -11,7 +11,7 @@ History stays far from Temporal's limits: children carry only ids and short resu
 when the server suggests continue-as-new the workflow stops starting children, lets the
 running ones finish, and continues with its progress carried in the input.
 
-The workspace is a git repository (``workflows.workspace``): the plan resolves its base
+The workspace is a git repository (``workflows.plan_workspace``): the plan resolves its base
 commit once and carries it, hands each child the commits its tree starts from, keeps
 each subtask's last commit in its row, and, whenever its final report is made (completed,
 failed part-way or cancelled), publishes the merge of what completed as the branch
@@ -108,18 +108,14 @@ with workflow.unsafe.imports_passed_through():
         ListMcpToolsOutput,
     )
     from durable_plans.domain.tools_config import McpServerTools
-    from durable_plans.domain.workspace import WorkspaceRef, WorkspaceStart, WorkspaceSummary
+    from durable_plans.domain.workspace_refs import WorkspaceRef, WorkspaceStart, WorkspaceSummary
 
 from durable_plans.workflows import policies, versions
 from durable_plans.workflows.checks import run_check_round
 from durable_plans.workflows.llm_call import takes_local_calls
-from durable_plans.workflows.notify import deliver_report, should_notify
 from durable_plans.workflows.pauses import PauseDesk, PauseHandlers
-from durable_plans.workflows.raw_input import NO_INPUT, decode_input
-from durable_plans.workflows.store_ops import store_op
-from durable_plans.workflows.subtask import SubtaskWorkflow
-from durable_plans.workflows.visibility import PlanVisibility, subtask_search_attributes
-from durable_plans.workflows.workspace import (
+from durable_plans.workflows.plan_webhook import deliver_report, should_notify
+from durable_plans.workflows.plan_workspace import (
     open_base,
     plan_identity,
     publish_result,
@@ -127,6 +123,10 @@ from durable_plans.workflows.workspace import (
     subtask_identity,
     subtask_tree,
 )
+from durable_plans.workflows.raw_input import NO_INPUT, decode_input
+from durable_plans.workflows.store_ops import store_op
+from durable_plans.workflows.subtask import SubtaskWorkflow
+from durable_plans.workflows.visibility import PlanVisibility, subtask_search_attributes
 
 T = TypeVar("T")
 
@@ -717,7 +717,7 @@ class PlanWorkflow(PauseHandlers):
 
     async def _notify(self, plan: Plan, report: PlanReport) -> None:
         """Tell the plan's webhook how it ended, once the report is final (completed,
-        failed or cancelled alike); the outcome goes to the memo (``workflows/notify.py``),
+        failed or cancelled alike); the outcome goes to the memo (``workflows/plan_webhook.py``),
         and neither the report nor the way the plan ends depends on it."""
         if plan.notify is not None and should_notify(self._settled):
             await deliver_report(self._plan_run_id, plan.notify, report)

@@ -36,7 +36,7 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
-    from durable_plans.domain.approvals import ApprovalDecision
+    from durable_plans.domain.approval_rules import ApprovalDecision
     from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput, ToolCallRef
     from durable_plans.domain.failures import (
         FailureType,
@@ -95,7 +95,7 @@ with workflow.unsafe.imports_passed_through():
 
 from durable_plans.workflows import versions
 from durable_plans.workflows.agent_loop import AgentLoop, CustomTool, LoopFailed
-from durable_plans.workflows.approvals import ApprovalHandlers
+from durable_plans.workflows.approval_desk import ApprovalHandlers
 from durable_plans.workflows.chat_workspace import (
     PublishFailed,
     open_chat_workspace,

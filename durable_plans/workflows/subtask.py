@@ -51,15 +51,15 @@ with workflow.unsafe.imports_passed_through():
         snapshot_id,
         subtask_scope,
     )
-    from durable_plans.domain.workspace import WorkspaceRef
+    from durable_plans.domain.workspace_refs import WorkspaceRef
 
 from durable_plans.workflows import versions
 from durable_plans.workflows.agent_loop import AgentLoop, LoopFailed
-from durable_plans.workflows.approvals import ApprovalHandlers
+from durable_plans.workflows.approval_desk import ApprovalHandlers
 from durable_plans.workflows.checks import run_check_round, tell_the_model
 from durable_plans.workflows.live import release
+from durable_plans.workflows.plan_workspace import WorkspaceStepFailed, start_head
 from durable_plans.workflows.store_ops import store_op
-from durable_plans.workflows.workspace import WorkspaceStepFailed, start_head
 
 # What a passing check's run keeps of its output in the outcome and the report.
 PASSED_OUTPUT_CHARS = 500

@@ -38,7 +38,7 @@ from temporalio.common import SearchAttributePair, SearchAttributeUpdate, TypedS
 from durable_plans.domain import search_attributes as sa
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus
 from durable_plans.domain.secrets import scrub_secrets
-from durable_plans.domain.workspace import WorkspaceSummary
+from durable_plans.domain.workspace_refs import WorkspaceSummary
 from durable_plans.workflows import versions
 
 __all__ = [

@@ -34,7 +34,7 @@ from temporalio.testing import WorkflowEnvironment
 from durable_plans.cli.replay_command import RunHistory, collect_runs, replay_runs, save_runs
 from durable_plans.client._approvals import decide, pending_calls
 from durable_plans.domain.agents import BUILTIN_CATALOG
-from durable_plans.domain.approvals import ApprovalPolicy
+from durable_plans.domain.approval_rules import ApprovalPolicy
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
 from durable_plans.domain.operations import RESUME_UPDATE, SubtaskRequest

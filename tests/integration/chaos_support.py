@@ -80,7 +80,7 @@ T = TypeVar("T")
 ACTIVITY_LOGGER = "temporalio.worker._activity"
 ACTIVITY_STARTED = "Running activity {} "
 
-TEMP_SUFFIX = ".dplan-tmp"  # activities.workspace writes through such temp files
+TEMP_SUFFIX = ".dplan-tmp"  # activities.file_jail writes through such temp files
 
 
 def since_last_user(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

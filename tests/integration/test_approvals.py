@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from durable_plans import Refused
 from durable_plans.cli.main import main
 from durable_plans.client._approvals import PendingCall, decide, pending_calls
-from durable_plans.domain.approvals import (
+from durable_plans.domain.approval_rules import (
     QUERY_APPROVALS,
     TIMEOUT_WHO,
     ApprovalDecision,

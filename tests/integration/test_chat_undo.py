@@ -24,7 +24,7 @@ from temporalio.client import (
 
 from durable_plans.client._approvals import decide_in
 from durable_plans.domain.agents import BUILTIN_CATALOG
-from durable_plans.domain.approvals import QUERY_APPROVALS, ApprovalPolicy, WorkflowApprovals
+from durable_plans.domain.approval_rules import QUERY_APPROVALS, ApprovalPolicy, WorkflowApprovals
 from durable_plans.domain.session_contracts import (
     SendMessageInput,
     SendMessageResult,
@@ -34,7 +34,7 @@ from durable_plans.domain.session_contracts import (
     UndoResult,
     session_workflow_id,
 )
-from durable_plans.domain.workspace import tree_ref
+from durable_plans.domain.workspace_refs import tree_ref
 from durable_plans.workflows.chat_workspace import chat_plan_id
 from tests.integration.conftest import Harness
 from tests.integration.replay import assert_replays

@@ -26,7 +26,7 @@ from durable_plans import (
     TextStreamed,
 )
 from durable_plans.cli.replay_command import make_replayer
-from durable_plans.domain.approvals import ApprovalPolicy
+from durable_plans.domain.approval_rules import ApprovalPolicy
 from tests.integration.conftest import Harness
 from tests.integration.plans import make_plan
 

@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 from temporalio.client import Client
 
 from durable_plans.domain.models import Plan, PlanStatus, Subtask
-from durable_plans.domain.rate_limits import RateLimit
+from durable_plans.domain.rate_pacing import RateLimit
 from durable_plans.testing import FakeProvider, refused_count
 from tests.conftest import closed_port
 from tests.integration.conftest import provider_settings, running_worker

@@ -23,7 +23,7 @@ from temporalio.client import WorkflowFailureError
 
 from durable_plans.client import Client as PlansClient
 from durable_plans.client._operator import default_operator
-from durable_plans.domain.approvals import QUERY_APPROVALS, ApprovalPolicy, WorkflowApprovals
+from durable_plans.domain.approval_rules import QUERY_APPROVALS, ApprovalPolicy, WorkflowApprovals
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask, SubtaskStatus
 from durable_plans.testing import FakeProvider
 from durable_plans.ui import UiSecurity, running_ui

@@ -43,7 +43,7 @@ from durable_plans.domain.contracts import (
 from durable_plans.domain.ids import plan_run_id, subtask_workflow_id
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask, SubtaskStatus
 from durable_plans.domain.operations import RESUME_UPDATE, SubtaskRequest
-from durable_plans.domain.workspace import (
+from durable_plans.domain.workspace_refs import (
     GitIdentity,
     WorkspaceMergeInput,
     WorkspaceMergeOutput,

@@ -24,9 +24,9 @@ from temporalio.exceptions import ApplicationError
 from durable_plans.client import Client
 from durable_plans.domain.ids import plan_run_id, subtask_workflow_id
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask, SubtaskStatus
-from durable_plans.domain.workspace import attempt_ref, resolution_ref
+from durable_plans.domain.workspace_refs import attempt_ref, resolution_ref
 from durable_plans.testing import AgentScenario, ChatRequest, HttpError, Reply
-from durable_plans.workflows.workspace import subtask_tree
+from durable_plans.workflows.plan_workspace import subtask_tree
 from tests import gitrepos
 from tests.integration.chaos_support import since_last_user
 from tests.integration.conftest import Harness

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from durable_plans.domain.workspace import DEFAULT_BRANCH_PREFIX, result_branch
+from durable_plans.domain.workspace_refs import DEFAULT_BRANCH_PREFIX, result_branch
 
 __all__ = ["commit_files", "git", "plan_paths", "result_paths", "result_text"]
 

@@ -6,7 +6,7 @@ import pytest
 
 from durable_plans.domain.agents import APPROVABLE_TOOL_NAMES, BUILTIN_CATALOG, KNOWN_TOOL_NAMES
 from durable_plans.domain.agents_loader import AgentsFileError, parse_agents_data
-from durable_plans.domain.approvals import (
+from durable_plans.domain.approval_rules import (
     DEFAULT_APPROVAL_TOOLS,
     ApprovalPolicy,
     edited_arguments_problem,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from durable_plans.activities.chat_workspace import ChatWorkspaceActivities
+from durable_plans.activities.chat_branch import ChatWorkspaceActivities
 from durable_plans.activities.conversation import UNDO_EXCERPT_CHARS, ConversationActivities
 from durable_plans.activities.git_workspace import GitWorkspace
 from durable_plans.domain.models import FunctionCall, Message, SessionMeta, ToolCall
@@ -21,7 +21,7 @@ from durable_plans.domain.session_contracts import (
     UndoMessagesInput,
     UndoMessagesOutput,
 )
-from durable_plans.domain.workspace import GitIdentity, WorkspaceRef
+from durable_plans.domain.workspace_refs import GitIdentity, WorkspaceRef
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.workflows.chat_workspace import chat_plan_id

@@ -4,7 +4,7 @@ and branch go by, who its commits are by, and where it goes on after an undo."""
 from __future__ import annotations
 
 from durable_plans.domain.session_contracts import ChatWorkspace
-from durable_plans.domain.workspace import WorkspaceRef, result_branch, tree_ref
+from durable_plans.domain.workspace_refs import WorkspaceRef, result_branch, tree_ref
 from durable_plans.workflows.chat_workspace import (
     chat_identity,
     chat_plan_id,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from durable_plans.activities.commit_files import CommitFiles, NeedsTree
+from durable_plans.activities.file_jail import MAX_FILE_BYTES, FileJail, ToolRefused
 from durable_plans.activities.git_workspace import GitWorkspace
-from durable_plans.activities.workspace import MAX_FILE_BYTES, ToolRefused, Workspace
-from durable_plans.domain.workspace import GitIdentity, WorkspaceRef
+from durable_plans.domain.workspace_refs import GitIdentity, WorkspaceRef
 from tests.gitrepos import git
 
 AGENT = GitIdentity(name="coder", email="coder@dplan.invalid")
@@ -64,14 +64,14 @@ def _answer(call: Callable[[], str]) -> str:
         return f"OSError: {type(err).__name__}"
 
 
-def _both(tmp_path: Path, files: dict[str, bytes]) -> tuple[Workspace, CommitFiles, GitWorkspace]:
+def _both(tmp_path: Path, files: dict[str, bytes]) -> tuple[FileJail, CommitFiles, GitWorkspace]:
     commit = _repo(tmp_path / "repo", files)
     gw = GitWorkspace(tmp_path / "repo", tmp_path / "state")
     ref = WorkspaceRef(plan_id="p", tree="t@0", head=commit, identity=AGENT)
     view = gw.files_at(ref)
     assert view is not None
     with gw.checkout(ref) as lease:
-        tree = Workspace(lease.path)
+        tree = FileJail(lease.path)
     return tree, view, gw
 
 

@@ -28,7 +28,7 @@ from durable_plans.activities.git_run import (
     redact_url,
 )
 from durable_plans.activities.git_workspace import GitWorkspace, tool_commit_message
-from durable_plans.domain.workspace import (
+from durable_plans.domain.workspace_refs import (
     GitIdentity,
     WorkspaceMergeInput,
     WorkspacePublishInput,

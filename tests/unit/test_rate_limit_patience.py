@@ -20,7 +20,7 @@ from durable_plans.activities.llm_patience import gave_up_sentence
 from durable_plans.domain.contracts import LlmCallInput, LlmCallOutput
 from durable_plans.domain.ids import assistant_message_id
 from durable_plans.domain.models import Message, SessionMeta, Usage
-from durable_plans.domain.rate_limits import format_duration
+from durable_plans.domain.rate_pacing import format_duration
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings, SettingsError

@@ -1,4 +1,4 @@
-"""Limits every worker shares (activities/rate_limits.py): the configuration, the pacing
+"""Limits every worker shares (activities/shared_limits.py): the configuration, the pacing
 arithmetic, the shared stores (SQLite, PostgreSQL) under concurrent reservations, the
 Retry-After every worker sees, and the per-worker fallback when the store is down."""
 
@@ -15,13 +15,13 @@ import pytest
 from structlog.testing import capture_logs
 
 from durable_plans.activities.llm_errors import classify_llm_error
-from durable_plans.activities.rate_limits import (
+from durable_plans.activities.shared_limits import (
     LimitWaitTooLong,
     SharedRateLimits,
     estimate_tokens,
 )
 from durable_plans.domain.failures import FailureType
-from durable_plans.domain.rate_limits import (
+from durable_plans.domain.rate_pacing import (
     BucketState,
     RateLimit,
     RateLimitConfigError,
@@ -33,7 +33,7 @@ from durable_plans.domain.rate_limits import (
     parse_rate_limits,
     reserve,
 )
-from durable_plans.session_store.rate_limits import (
+from durable_plans.session_store.limit_rows import (
     MemoryRateLimitStore,
     RateLimitStore,
     open_rate_limit_store,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from durable_plans.activities.commands import COMMAND_REGISTRY, CommandContext
+from durable_plans.activities.file_jail import FileJail
 from durable_plans.activities.sandbox import _PidsCgroup
-from durable_plans.activities.workspace import Workspace
 from durable_plans.domain.tools_config import CommandPolicy
 from durable_plans.settings import Settings
 
@@ -25,7 +25,7 @@ def ctx(tmp_path: Path, **policy: object) -> CommandContext:
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
     fields: dict[str, object] = {"allow": (PY, "cat", "env"), "approval_required": False}
-    return CommandContext(Workspace(ws), CommandPolicy.model_validate({**fields, **policy}))
+    return CommandContext(FileJail(ws), CommandPolicy.model_validate({**fields, **policy}))
 
 
 async def run(c: CommandContext, argv: list[str], **extra: object) -> str:

@@ -23,7 +23,7 @@ from durable_plans.domain.agents import DELEGATE_TOOL
 from durable_plans.domain.compaction import CompactInput
 from durable_plans.domain.contracts import DelegateInput
 from durable_plans.domain.models import FunctionCall, Message, SessionMeta, ToolCall
-from durable_plans.domain.rate_limits import parse_rate_limits
+from durable_plans.domain.rate_pacing import parse_rate_limits
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings

@@ -12,6 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from durable_plans.activities.file_jail import FileJail, ToolRefused
+from durable_plans.activities.file_tools import (
+    WORKSPACE_TOOLS,
+    execute_workspace_tool,
+    register_workspace_tools,
+)
 from durable_plans.activities.tool_catalog import (
     BUILTIN_TOOLS,
     READ_ONLY_TOOLS,
@@ -25,12 +31,6 @@ from durable_plans.activities.tool_registry import (
     ToolSpec,
     openai_tool_schemas,
 )
-from durable_plans.activities.workspace import ToolRefused, Workspace
-from durable_plans.activities.workspace_tools import (
-    WORKSPACE_TOOLS,
-    execute_workspace_tool,
-    register_workspace_tools,
-)
 from durable_plans.domain.agents import (
     APPROVABLE_TOOL_NAMES,
     READ_ONLY_TOOL_NAMES,
@@ -41,8 +41,8 @@ ALL = "list_dir, read_file, search_files, write_file"
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    return Workspace(tmp_path / "ws")
+def ws(tmp_path: Path) -> FileJail:
+    return FileJail(tmp_path / "ws")
 
 
 def walk_keys(node: Any) -> Iterator[str]:
@@ -116,7 +116,7 @@ def test_openai_tool_schemas_shape_and_independence() -> None:
 # --------------------------------------------------------------------------- happy paths
 
 
-def test_write_read_list_search_through_json_arguments(ws: Workspace) -> None:
+def test_write_read_list_search_through_json_arguments(ws: FileJail) -> None:
     wrote = execute_workspace_tool(
         "write_file", json.dumps({"path": "src/app.py", "content": "x = 1\n"}), ws
     )
@@ -137,7 +137,7 @@ def test_write_read_list_search_through_json_arguments(ws: Workspace) -> None:
 # --------------------------------------------------------------------------- malformed calls
 
 
-def test_bad_json_names_tool_and_position(ws: Workspace) -> None:
+def test_bad_json_names_tool_and_position(ws: FileJail) -> None:
     result = execute_workspace_tool("read_file", '{"path":', ws)
     assert not result.ok
     assert result.content.startswith(
@@ -150,7 +150,7 @@ def test_bad_json_names_tool_and_position(ws: Workspace) -> None:
     ("arguments", "kind"),
     [("[1, 2]", "an array"), ('"src/a.py"', "a string"), ("42", "a number"), ("null", "null")],
 )
-def test_arguments_must_be_an_object(ws: Workspace, arguments: str, kind: str) -> None:
+def test_arguments_must_be_an_object(ws: FileJail, arguments: str, kind: str) -> None:
     result = execute_workspace_tool("search_files", arguments, ws)
     assert result == ToolResult(
         False,
@@ -159,7 +159,7 @@ def test_arguments_must_be_an_object(ws: Workspace, arguments: str, kind: str) -
     )
 
 
-def test_missing_required_field(ws: Workspace) -> None:
+def test_missing_required_field(ws: FileJail) -> None:
     result = execute_workspace_tool("write_file", '{"path": "a.txt"}', ws)
     assert not result.ok
     assert result.content.startswith(
@@ -169,7 +169,7 @@ def test_missing_required_field(ws: Workspace) -> None:
     assert not (ws.root / "a.txt").exists()
 
 
-def test_wrong_type_names_field_expected_and_got(ws: Workspace) -> None:
+def test_wrong_type_names_field_expected_and_got(ws: FileJail) -> None:
     result = execute_workspace_tool("read_file", '{"path": "a", "offset_line": "abc"}', ws)
     assert result.content.startswith(
         "error: invalid arguments for read_file: field 'offset_line' must be an integer ≥ 1, "
@@ -181,7 +181,7 @@ def test_wrong_type_names_field_expected_and_got(ws: Workspace) -> None:
     assert "field 'max_results' must be an integer from 1 to 1000, got 0" in result.content
 
 
-def test_unknown_field_is_named(ws: Workspace) -> None:
+def test_unknown_field_is_named(ws: FileJail) -> None:
     result = execute_workspace_tool("list_dir", '{"path": ".", "recursive": true}', ws)
     assert result == ToolResult(
         False,
@@ -190,13 +190,13 @@ def test_unknown_field_is_named(ws: Workspace) -> None:
     )
 
 
-def test_unknown_tool_lists_available_tools(ws: Workspace) -> None:
+def test_unknown_tool_lists_available_tools(ws: FileJail) -> None:
     assert execute_workspace_tool("foo", "{}", ws) == ToolResult(
         False, f"error: unknown tool 'foo'; available tools: {ALL}"
     )
 
 
-def test_refusals_and_os_errors_become_error_results(ws: Workspace) -> None:
+def test_refusals_and_os_errors_become_error_results(ws: FileJail) -> None:
     assert execute_workspace_tool("read_file", '{"path": "../../etc/passwd"}', ws) == ToolResult(
         False,
         "error: ../../etc/passwd is outside the workspace; only paths inside the workspace "
@@ -221,7 +221,7 @@ def test_refusals_and_os_errors_become_error_results(ws: Workspace) -> None:
     "arguments",
     ["[" * 100_000, "1" * 5000, '{"path": "\\ud800"}', "\x00", '{"path": "a"} trailing'],
 )
-def test_pathological_arguments_do_not_raise(ws: Workspace, arguments: str) -> None:
+def test_pathological_arguments_do_not_raise(ws: FileJail, arguments: str) -> None:
     result = execute_workspace_tool("read_file", arguments, ws)
     assert not result.ok
     assert result.content.startswith("error: ")
@@ -245,7 +245,7 @@ _ARGUMENTS = st.one_of(
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=_TOOL_NAMES, arguments=_ARGUMENTS)
-def test_execute_never_raises_for_model_input(ws: Workspace, name: str, arguments: str) -> None:
+def test_execute_never_raises_for_model_input(ws: FileJail, name: str, arguments: str) -> None:
     result = execute_workspace_tool(name, arguments, ws)
     assert isinstance(result, ToolResult)
     assert result.ok != result.content.startswith("error: ")
@@ -261,7 +261,7 @@ class EchoArgs(ToolArgs):
 
 @dataclass
 class Ctx:
-    workspace: Workspace
+    workspace: FileJail
     calls: list[str]
 
 
@@ -279,7 +279,7 @@ def richer_registry() -> ToolRegistry[Ctx]:
     return registry
 
 
-async def test_async_handlers_and_composed_workspace_tools(ws: Workspace) -> None:
+async def test_async_handlers_and_composed_workspace_tools(ws: FileJail) -> None:
     registry = richer_registry()
     ctx = Ctx(workspace=ws, calls=[])
     assert await registry.execute("echo", '{"text": "hi"}', ctx) == ToolResult(True, "HI")
@@ -297,7 +297,7 @@ async def test_async_handlers_and_composed_workspace_tools(ws: Workspace) -> Non
     )
 
 
-def test_execute_sync_rejects_async_handlers(ws: Workspace) -> None:
+def test_execute_sync_rejects_async_handlers(ws: FileJail) -> None:
     with pytest.raises(TypeError, match="has an async handler"):
         richer_registry().execute_sync("echo", '{"text": "x"}', Ctx(ws, []))
 
@@ -324,7 +324,7 @@ def test_the_allow_list_refuses_what_an_agent_may_not_call() -> None:
     assert refuse_call("spawn_subagent", ("spawn_subagent",)) is None
 
 
-async def test_handler_bugs_propagate(ws: Workspace) -> None:
+async def test_handler_bugs_propagate(ws: FileJail) -> None:
     registry: ToolRegistry[None] = ToolRegistry()
 
     def buggy(args: ToolArgs, ctx: None) -> ToolResult:

@@ -22,18 +22,18 @@ from temporalio.testing import ActivityEnvironment
 
 from durable_plans.activities.commands import CommandActivities
 from durable_plans.activities.git_workspace import GitWorkspace
-from durable_plans.activities.tools import ToolActivities
-from durable_plans.activities.workspace_activities import (
+from durable_plans.activities.git_workspace_activities import (
     WORKSPACE_BUSY,
     WorkspaceActivities,
     leased_tree,
 )
+from durable_plans.activities.tools import ToolActivities
 from durable_plans.domain.contracts import ToolCallInput, ToolCallOutput
 from durable_plans.domain.failures import FailureType
 from durable_plans.domain.models import FunctionCall, Message, SessionMeta, ToolCall
 from durable_plans.domain.tool_contracts import CommandCallInput, ToolCallAt
 from durable_plans.domain.tools_config import CommandPolicy
-from durable_plans.domain.workspace import (
+from durable_plans.domain.workspace_refs import (
     GitIdentity,
     WorkspaceConflictDetails,
     WorkspaceMergeInput,

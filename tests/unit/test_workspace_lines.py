@@ -9,7 +9,7 @@ from pathlib import Path
 from durable_plans.cli.progress import render_report
 from durable_plans.cli.workspace_lines import workspace_hints, workspace_line
 from durable_plans.domain.models import ErrorInfo, PlanReport, SubtaskResult, SubtaskStatus
-from durable_plans.domain.workspace import WorkspaceSummary
+from durable_plans.domain.workspace_refs import WorkspaceSummary
 
 BASE = "b" * 40
 WRITE = "1234567" + "a" * 33

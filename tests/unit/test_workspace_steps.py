@@ -4,8 +4,8 @@ subtask's tree starts, who its commits are by."""
 from __future__ import annotations
 
 from durable_plans.domain.models import ErrorInfo, Plan, Subtask, SubtaskResult, SubtaskStatus
-from durable_plans.domain.workspace import GitIdentity, WorkspaceRef, WorkspaceSummary
-from durable_plans.workflows.workspace import (
+from durable_plans.domain.workspace_refs import GitIdentity, WorkspaceRef, WorkspaceSummary
+from durable_plans.workflows.plan_workspace import (
     completed_commits,
     moved_to,
     result_commits,

@@ -1,4 +1,4 @@
-"""Workspace file tools: confinement, limits and the exact text the model gets back."""
+"""FileJail file tools: confinement, limits and the exact text the model gets back."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from durable_plans.activities.workspace import (
+from durable_plans.activities.file_jail import (
     MAX_FILE_BYTES,
     MAX_LIST_ENTRIES,
     MAX_OUTPUT_BYTES,
+    FileJail,
     ToolRefused,
-    Workspace,
 )
 
 
@@ -28,8 +28,8 @@ def outside(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def ws(tmp_path: Path, outside: Path) -> Workspace:
-    return Workspace(tmp_path / "ws")
+def ws(tmp_path: Path, outside: Path) -> FileJail:
+    return FileJail(tmp_path / "ws")
 
 
 def files_under(root: Path) -> set[str]:
@@ -40,7 +40,7 @@ def files_under(root: Path) -> set[str]:
 
 
 def test_root_is_created_and_resolved(tmp_path: Path) -> None:
-    ws = Workspace(tmp_path / "a" / "b")
+    ws = FileJail(tmp_path / "a" / "b")
     assert ws.root == (tmp_path / "a" / "b").resolve()
     assert ws.root.is_dir()
 
@@ -59,13 +59,13 @@ def test_root_is_created_and_resolved(tmp_path: Path) -> None:
         ("bad\ud800", "path is not valid text"),
     ],
 )
-def test_resolve_refuses(ws: Workspace, path: str, message: str) -> None:
+def test_resolve_refuses(ws: FileJail, path: str, message: str) -> None:
     with pytest.raises(ToolRefused) as info:
         ws.resolve(path)
     assert message in str(info.value)
 
 
-def test_resolve_accepts_inner_paths(ws: Workspace) -> None:
+def test_resolve_accepts_inner_paths(ws: FileJail) -> None:
     assert ws.resolve("src/main.py") == ws.root / "src" / "main.py"
     assert ws.resolve("./src/../README.md") == ws.root / "README.md"
     assert ws.resolve("") == ws.root
@@ -74,7 +74,7 @@ def test_resolve_accepts_inner_paths(ws: Workspace) -> None:
     assert ws.resolve("notes/~draft") == ws.root / "notes" / "~draft"
 
 
-def test_symlinked_directory_leading_outside_is_refused(ws: Workspace, outside: Path) -> None:
+def test_symlinked_directory_leading_outside_is_refused(ws: FileJail, outside: Path) -> None:
     (ws.root / "escape").symlink_to(outside, target_is_directory=True)
     for attempt in ("escape", "escape/secret.txt", "escape/new.txt", "escape/../x"):
         with pytest.raises(ToolRefused, match="leads outside the workspace through a symbolic"):
@@ -89,7 +89,7 @@ def test_symlinked_directory_leading_outside_is_refused(ws: Workspace, outside: 
 
 
 def test_symlinked_file_leading_outside_is_refused_for_read_and_write(
-    ws: Workspace, outside: Path
+    ws: FileJail, outside: Path
 ) -> None:
     (ws.root / "leak.txt").symlink_to(outside / "secret.txt")
     with pytest.raises(ToolRefused, match="symbolic link"):
@@ -100,7 +100,7 @@ def test_symlinked_file_leading_outside_is_refused_for_read_and_write(
 
 
 def test_dangling_symlink_to_outside_cannot_create_a_file_there(
-    ws: Workspace, outside: Path
+    ws: FileJail, outside: Path
 ) -> None:
     (ws.root / "plant.txt").symlink_to(outside / "planted.txt")
     with pytest.raises(ToolRefused, match="symbolic link"):
@@ -108,13 +108,13 @@ def test_dangling_symlink_to_outside_cannot_create_a_file_there(
     assert not (outside / "planted.txt").exists()
 
 
-def test_symlink_loop_is_refused(ws: Workspace) -> None:
+def test_symlink_loop_is_refused(ws: FileJail) -> None:
     (ws.root / "loop").symlink_to(ws.root / "loop")
     with pytest.raises(ToolRefused, match="symbolic link loop"):
         ws.read_file("loop/x")
 
 
-def test_symlink_inside_the_workspace_is_followed(ws: Workspace) -> None:
+def test_symlink_inside_the_workspace_is_followed(ws: FileJail) -> None:
     (ws.root / "real.txt").write_text("real\n")
     (ws.root / "alias.txt").symlink_to(ws.root / "real.txt")
     assert ws.read_file("alias.txt") == "real\n"
@@ -136,7 +136,7 @@ _PATHS = st.one_of(
 @settings(max_examples=400, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(path=_PATHS, for_write=st.booleans())
 def test_resolve_never_escapes_and_only_refuses(
-    ws: Workspace, outside: Path, path: str, for_write: bool
+    ws: FileJail, outside: Path, path: str, for_write: bool
 ) -> None:
     if not (ws.root / "escape").is_symlink():
         (ws.root / "escape").symlink_to(outside, target_is_directory=True)
@@ -155,13 +155,13 @@ def test_resolve_never_escapes_and_only_refuses(
 # --------------------------------------------------------------------------- read_file
 
 
-def test_read_whole_file(ws: Workspace) -> None:
+def test_read_whole_file(ws: FileJail) -> None:
     (ws.root / "src").mkdir()
     (ws.root / "src" / "a.py").write_text("print('hi')\nprint('bye')\n")
     assert ws.read_file("src/a.py") == "print('hi')\nprint('bye')\n"
 
 
-def test_read_missing_file_says_so(ws: Workspace) -> None:
+def test_read_missing_file_says_so(ws: FileJail) -> None:
     with pytest.raises(ToolRefused) as info:
         ws.read_file("src/x.py")
     assert str(info.value) == "no such file: src/x.py"
@@ -170,7 +170,7 @@ def test_read_missing_file_says_so(ws: Workspace) -> None:
         ws.read_file("plain.txt/y")
 
 
-def test_read_directory_is_refused(ws: Workspace) -> None:
+def test_read_directory_is_refused(ws: FileJail) -> None:
     (ws.root / "src").mkdir()
     with pytest.raises(ToolRefused, match="src is a directory, not a file; use list_dir"):
         ws.read_file("src")
@@ -178,25 +178,25 @@ def test_read_directory_is_refused(ws: Workspace) -> None:
         ws.read_file("")
 
 
-def test_read_binary_file_is_refused(ws: Workspace) -> None:
+def test_read_binary_file_is_refused(ws: FileJail) -> None:
     (ws.root / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
     with pytest.raises(ToolRefused, match=r"logo\.png looks like a binary file"):
         ws.read_file("logo.png")
 
 
-def test_read_non_utf8_file_is_refused_with_the_line(ws: Workspace) -> None:
+def test_read_non_utf8_file_is_refused_with_the_line(ws: FileJail) -> None:
     (ws.root / "latin1.txt").write_bytes(b"ok\ncaf\xe9\n")
     with pytest.raises(ToolRefused, match=r"latin1.txt is not valid UTF-8 text \(line 2"):
         ws.read_file("latin1.txt")
 
 
-def test_read_fifo_is_refused_without_blocking(ws: Workspace) -> None:
+def test_read_fifo_is_refused_without_blocking(ws: FileJail) -> None:
     os.mkfifo(ws.root / "pipe")
     with pytest.raises(ToolRefused, match="pipe is not a regular file"):
         ws.read_file("pipe")
 
 
-def test_read_oversize_file_needs_a_window(ws: Workspace) -> None:
+def test_read_oversize_file_needs_a_window(ws: FileJail) -> None:
     line = "x" * 99 + "\n"
     (ws.root / "big.log").write_text(line * (MAX_FILE_BYTES // 100 + 1))
     with pytest.raises(ToolRefused, match=r"big.log is 1.0 MiB, larger than the 1.0 MiB"):
@@ -205,7 +205,7 @@ def test_read_oversize_file_needs_a_window(ws: Workspace) -> None:
     assert window == line * 2 + "[more lines follow; continue with offset_line=10002]"
 
 
-def test_read_window_and_its_notes(ws: Workspace) -> None:
+def test_read_window_and_its_notes(ws: FileJail) -> None:
     (ws.root / "ten.txt").write_text("".join(f"line{i}\n" for i in range(1, 11)))
     assert ws.read_file("ten.txt", offset_line=3, max_lines=2) == (
         "line3\nline4\n[more lines follow; continue with offset_line=5]"
@@ -221,12 +221,12 @@ def test_read_window_and_its_notes(ws: Workspace) -> None:
         ws.read_file("ten.txt", max_lines=0)
 
 
-def test_read_empty_file_says_it_is_empty(ws: Workspace) -> None:
+def test_read_empty_file_says_it_is_empty(ws: FileJail) -> None:
     (ws.root / "empty.txt").write_text("")
     assert ws.read_file("empty.txt") == "[empty.txt is empty]"
 
 
-def test_read_output_is_capped_and_resumable(ws: Workspace) -> None:
+def test_read_output_is_capped_and_resumable(ws: FileJail) -> None:
     lines = [f"{i:06d}" + "y" * 993 + "\n" for i in range(1, 401)]  # 1000 bytes each
     (ws.root / "wide.txt").write_text("".join(lines))
     first = ws.read_file("wide.txt")
@@ -240,7 +240,7 @@ def test_read_output_is_capped_and_resumable(ws: Workspace) -> None:
     assert rest == "".join(lines[shown:])
 
 
-def test_read_single_huge_line_shows_its_start_only(ws: Workspace) -> None:
+def test_read_single_huge_line_shows_its_start_only(ws: FileJail) -> None:
     # 2-byte characters make the 256 KiB cut land inside one; it must not break decoding.
     (ws.root / "min.js").write_text("é" * (MAX_FILE_BYTES) + "\nnext\n")
     out = ws.read_file("min.js", max_lines=5)
@@ -257,13 +257,13 @@ def test_read_single_huge_line_shows_its_start_only(ws: Workspace) -> None:
 # --------------------------------------------------------------------------- write_file
 
 
-def test_write_creates_parents_and_confirms_bytes(ws: Workspace) -> None:
+def test_write_creates_parents_and_confirms_bytes(ws: FileJail) -> None:
     assert ws.write_file("a/b/c.txt", "héllo") == "wrote 6 bytes to a/b/c.txt"
     assert (ws.root / "a" / "b" / "c.txt").read_text(encoding="utf-8") == "héllo"
     assert stat.S_IMODE((ws.root / "a" / "b" / "c.txt").stat().st_mode) == 0o644
 
 
-def test_write_is_idempotent_and_overwrites(ws: Workspace) -> None:
+def test_write_is_idempotent_and_overwrites(ws: FileJail) -> None:
     ws.write_file("f.txt", "one")
     assert (
         ws.write_file("f.txt", "one") == "f.txt already has this content (3 bytes); nothing changed"
@@ -272,21 +272,21 @@ def test_write_is_idempotent_and_overwrites(ws: Workspace) -> None:
     assert (ws.root / "f.txt").read_text() == "two!"
 
 
-def test_write_keeps_the_existing_mode(ws: Workspace) -> None:
+def test_write_keeps_the_existing_mode(ws: FileJail) -> None:
     (ws.root / "run.sh").write_text("old")
     (ws.root / "run.sh").chmod(0o755)
     ws.write_file("run.sh", "new")
     assert stat.S_IMODE((ws.root / "run.sh").stat().st_mode) == 0o755
 
 
-def test_write_leaves_no_temp_files(ws: Workspace) -> None:
+def test_write_leaves_no_temp_files(ws: FileJail) -> None:
     for i in range(5):
         ws.write_file("d/f.txt", f"version {i}")
     assert files_under(ws.root) == {"d/f.txt"}
 
 
 def test_failed_replace_keeps_the_old_file_and_cleans_up(
-    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+    ws: FileJail, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws.write_file("keep.txt", "old content")
 
@@ -302,13 +302,13 @@ def test_failed_replace_keeps_the_old_file_and_cleans_up(
 
 
 @pytest.mark.parametrize("path", ["", "   ", "dir/", ".", "sub/.."])
-def test_write_needs_a_file_path(ws: Workspace, path: str) -> None:
+def test_write_needs_a_file_path(ws: FileJail, path: str) -> None:
     (ws.root / "sub").mkdir()
     with pytest.raises(ToolRefused, match=r"path is empty|names a directory"):
         ws.write_file(path, "x")
 
 
-def test_write_oversize_content_is_refused(ws: Workspace) -> None:
+def test_write_oversize_content_is_refused(ws: FileJail) -> None:
     with pytest.raises(ToolRefused, match=r"content is 1\.0 MiB, larger than the 1\.0 MiB write"):
         ws.write_file("big.txt", "x" * (MAX_FILE_BYTES + 1))
     assert not (ws.root / "big.txt").exists()
@@ -317,20 +317,20 @@ def test_write_oversize_content_is_refused(ws: Workspace) -> None:
     )
 
 
-def test_write_over_a_directory_is_refused(ws: Workspace) -> None:
+def test_write_over_a_directory_is_refused(ws: FileJail) -> None:
     (ws.root / "src").mkdir()
     with pytest.raises(ToolRefused, match="src is a directory; cannot write a file over it"):
         ws.write_file("src", "x")
     assert (ws.root / "src").is_dir()
 
 
-def test_write_under_a_file_is_refused(ws: Workspace) -> None:
+def test_write_under_a_file_is_refused(ws: FileJail) -> None:
     (ws.root / "a.txt").write_text("x")
     with pytest.raises(ToolRefused, match=r"cannot write a\.txt/b/c\.txt: a\.txt is a file"):
         ws.write_file("a.txt/b/c.txt", "y")
 
 
-def test_write_refuses_escapes(ws: Workspace, outside: Path) -> None:
+def test_write_refuses_escapes(ws: FileJail, outside: Path) -> None:
     for path in ("../outside/new.txt", str(outside / "new.txt"), "~/new.txt"):
         with pytest.raises(ToolRefused):
             ws.write_file(path, "x")
@@ -340,7 +340,7 @@ def test_write_refuses_escapes(ws: Workspace, outside: Path) -> None:
 # --------------------------------------------------------------------------- list_dir
 
 
-def test_list_dir_orders_dirs_first_with_sizes(ws: Workspace) -> None:
+def test_list_dir_orders_dirs_first_with_sizes(ws: FileJail) -> None:
     (ws.root / "zeta").mkdir()
     (ws.root / ".git").mkdir()
     (ws.root / "alpha").mkdir()
@@ -361,7 +361,7 @@ def test_list_dir_orders_dirs_first_with_sizes(ws: Workspace) -> None:
     )
 
 
-def test_list_dir_caps_entries(ws: Workspace) -> None:
+def test_list_dir_caps_entries(ws: FileJail) -> None:
     (ws.root / "many").mkdir()
     for i in range(MAX_LIST_ENTRIES + 10):
         (ws.root / "many" / f"f{i:04d}").write_text("")
@@ -372,7 +372,7 @@ def test_list_dir_caps_entries(ws: Workspace) -> None:
     assert lines[-1] == "[10 more entries not shown]"
 
 
-def test_list_dir_refusals_and_empty(ws: Workspace) -> None:
+def test_list_dir_refusals_and_empty(ws: FileJail) -> None:
     with pytest.raises(ToolRefused, match=r"^no such directory: nope$"):
         ws.list_dir("nope")
     (ws.root / "f.txt").write_text("x")
@@ -386,7 +386,7 @@ def test_list_dir_refusals_and_empty(ws: Workspace) -> None:
 
 
 @pytest.fixture
-def tree(ws: Workspace, outside: Path) -> Workspace:
+def tree(ws: FileJail, outside: Path) -> FileJail:
     files = {
         "b.py": "import os\nTODO: b\n",
         "a/x.py": "TODO: first\nnothing\nTODO: second\r\n",
@@ -404,7 +404,7 @@ def tree(ws: Workspace, outside: Path) -> Workspace:
     return ws
 
 
-def test_search_literal_in_path_order(tree: Workspace) -> None:
+def test_search_literal_in_path_order(tree: FileJail) -> None:
     assert tree.search_files("TODO") == "\n".join(
         [
             "a/notes.md:1: TODO in markdown",
@@ -416,13 +416,13 @@ def test_search_literal_in_path_order(tree: Workspace) -> None:
     )
 
 
-def test_search_never_reads_through_links_leading_outside(tree: Workspace) -> None:
+def test_search_never_reads_through_links_leading_outside(tree: FileJail) -> None:
     assert tree.search_files("secret") == (
         "no matches for 'secret' in .\n[skipped 2 binary, non-UTF-8 or larger than 1 MiB files]"
     )
 
 
-def test_search_glob_path_and_single_file(tree: Workspace) -> None:
+def test_search_glob_path_and_single_file(tree: FileJail) -> None:
     assert tree.search_files("TODO", glob="*.py").split("\n") == [
         "a/x.py:1: TODO: first",
         "a/x.py:3: TODO: second",
@@ -435,7 +435,7 @@ def test_search_glob_path_and_single_file(tree: Workspace) -> None:
     )
 
 
-def test_search_regex_and_invalid_regex(tree: Workspace) -> None:
+def test_search_regex_and_invalid_regex(tree: FileJail) -> None:
     assert tree.search_files(r"second$", path="a", regex=True) == "a/x.py:3: TODO: second"
     assert tree.search_files("TODO: (first|b)", regex=True, glob="*.py").split("\n") == [
         "a/x.py:1: TODO: first",
@@ -450,7 +450,7 @@ def test_search_regex_and_invalid_regex(tree: Workspace) -> None:
     assert tree.search_files("(unclosed").startswith("no matches for '(unclosed' in .")
 
 
-def test_search_limits_results_and_line_length(ws: Workspace) -> None:
+def test_search_limits_results_and_line_length(ws: FileJail) -> None:
     (ws.root / "m.txt").write_text("hit\n" * 5 + "hit " + "w" * 1000 + "\n")
     limited = ws.search_files("hit", max_results=3).split("\n")
     assert limited == [
@@ -465,7 +465,7 @@ def test_search_limits_results_and_line_length(ws: Workspace) -> None:
     assert exact[-1] == "m.txt:6: hit " + "w" * 296 + " […]"
 
 
-def test_search_refusals(ws: Workspace) -> None:
+def test_search_refusals(ws: FileJail) -> None:
     with pytest.raises(ToolRefused, match="pattern is empty"):
         ws.search_files("")
     with pytest.raises(ToolRefused, match=r"^no such file or directory: gone$"):
@@ -477,7 +477,7 @@ def test_search_refusals(ws: Workspace) -> None:
 
 
 def test_a_killed_writes_leftover_is_hidden_and_swept_by_the_next_write(tmp_path: Path) -> None:
-    ws = Workspace(tmp_path / "ws")
+    ws = FileJail(tmp_path / "ws")
     # What SIGKILL in the middle of a write leaves: a torn temp file beside the target.
     leftover = ws.root / ".notes.md.abc123.dplan-tmp"
     leftover.write_bytes(b"half a fi")

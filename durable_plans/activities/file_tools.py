@@ -1,8 +1,8 @@
 """The four file tools every worker has: their arguments, what the model is told, and
-how a call runs against a :class:`~activities.workspace.Workspace`.
+how a call runs against a :class:`~activities.file_jail.FileJail`.
 
 The workspace itself (confinement, limits, the text a call returns) is
-:mod:`activities.workspace`; this module only declares the tools to a registry, so a
+:mod:`activities.file_jail`; this module only declares the tools to a registry, so a
 registry with a richer context (sub-agents) can offer the same file tools.
 """
 
@@ -13,8 +13,8 @@ from typing import TypeVar
 
 from pydantic import Field
 
+from durable_plans.activities.file_jail import MAX_PATH_CHARS, FileJail
 from durable_plans.activities.tool_registry import ToolArgs, ToolRegistry, ToolResult, ToolSpec
-from durable_plans.activities.workspace import MAX_PATH_CHARS, Workspace
 
 ContextT = TypeVar("ContextT")
 
@@ -79,9 +79,9 @@ _SEARCH_FILES_DOC = (
 
 
 def register_workspace_tools(
-    registry: ToolRegistry[ContextT], workspace_of: Callable[[ContextT], Workspace]
+    registry: ToolRegistry[ContextT], workspace_of: Callable[[ContextT], FileJail]
 ) -> None:
-    """Add the four file tools to ``registry``, whose context must lead to a Workspace.
+    """Add the four file tools to ``registry``, whose context must lead to a FileJail.
 
     Registries with a richer context (sub-agent tools) reuse the file tools this way.
     """
@@ -109,16 +109,16 @@ def register_workspace_tools(
     )
 
 
-def _workspace_itself(workspace: Workspace) -> Workspace:
+def _workspace_itself(workspace: FileJail) -> FileJail:
     return workspace
 
 
-_WORKSPACE_REGISTRY: ToolRegistry[Workspace] = ToolRegistry()
+_WORKSPACE_REGISTRY: ToolRegistry[FileJail] = ToolRegistry()
 register_workspace_tools(_WORKSPACE_REGISTRY, _workspace_itself)
 
 WORKSPACE_TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in _WORKSPACE_REGISTRY.specs()}
 
 
-def execute_workspace_tool(name: str, arguments: str, workspace: Workspace) -> ToolResult:
+def execute_workspace_tool(name: str, arguments: str, workspace: FileJail) -> ToolResult:
     """Run one file-tool call from a model against ``workspace``; never raises for input."""
     return _WORKSPACE_REGISTRY.execute_sync(name, arguments, workspace)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from temporalio import activity
 
 from durable_plans.activities.heartbeat import heartbeating
-from durable_plans.domain.approvals import MAX_ARGUMENTS_CHARS
+from durable_plans.domain.approval_rules import MAX_ARGUMENTS_CHARS
 from durable_plans.domain.contracts import (
     ACT_ANSWER_CALL,
     ACT_DESCRIBE_CALL,

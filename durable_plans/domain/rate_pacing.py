@@ -1,6 +1,6 @@
 """Requests and tokens per minute for a model: the configuration and the pacing arithmetic.
 
-Pure (no clock, no I/O): the shared stores (``session_store/rate_limits*.py``) run
+Pure (no clock, no I/O): the shared stores (``session_store/limit_rows*.py``) run
 ``reserve`` inside their own atomic section, with their own clock, so every worker that
 shares a store computes the same schedule; the unit tests run it with made-up times.
 

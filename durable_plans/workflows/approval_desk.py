@@ -21,7 +21,7 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from durable_plans.domain.approvals import (
+    from durable_plans.domain.approval_rules import (
         QUERY_APPROVALS,
         TIMEOUT_WHO,
         UPDATE_APPROVE,

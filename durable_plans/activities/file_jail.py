@@ -1,6 +1,6 @@
 """The workspace an agent's file tools may touch, and nothing outside it.
 
-Every path arrives from a model, so it is untrusted text: ``Workspace.resolve`` is the one
+Every path arrives from a model, so it is untrusted text: ``FileJail.resolve`` is the one
 gate between it and the file system, and it checks the path twice, lexically (``..``) and
 after following symlinks, because either alone can be fooled. Size limits keep each tool
 result small enough to go back to the model and through a Temporal payload (2 MiB hard
@@ -80,7 +80,7 @@ def _raw_lines(f: BinaryIO) -> Iterator[tuple[bytes, bool]]:
         yield line, complete
 
 
-class Workspace:
+class FileJail:
     """File operations confined to ``root`` (``DPLAN_WORKSPACE``)."""
 
     def __init__(self, root: Path) -> None:

@@ -5,7 +5,7 @@ Every worker that shares a session store shares its rate limits: with PostgreSQL
 ``rate-limits.db`` beside the sessions file (its own file, so reservations never wait on
 session writes). ``DPLAN_RATE_LIMIT_STORE`` may name another target of either kind.
 
-Each row is one model's ``BucketState`` (``domain/rate_limits.py``); a reservation reads
+Each row is one model's ``BucketState`` (``domain/rate_pacing.py``); a reservation reads
 and writes it atomically (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: the row locked by the
 upsert that reads it), so two workers never take the same slot. ``MemoryRateLimitStore``
 is the same rows in one process: the per-worker fallback when the shared store is down.
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from durable_plans.domain.rate_limits import (
+from durable_plans.domain.rate_pacing import (
     BucketState,
     RateLimit,
     Reservation,
@@ -222,7 +222,7 @@ async def open_rate_limit_store(target: str) -> RateLimitStore:
     (``?schema=`` as for the session store) or a SQLite file. Raises what the driver
     raises; the limiter treats any failure as the store being down."""
     if _is_postgres(target):
-        from durable_plans.session_store.rate_limits_postgres import PostgresRateLimitStore
+        from durable_plans.session_store.limit_rows_postgres import PostgresRateLimitStore
 
         dsn, schema = split_postgres_target(target)
         return await PostgresRateLimitStore.open(

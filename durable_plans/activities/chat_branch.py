@@ -13,14 +13,14 @@ from __future__ import annotations
 from temporalio import activity
 
 from durable_plans.activities.git_workspace import GitWorkspace
+from durable_plans.activities.git_workspace_activities import in_thread
 from durable_plans.activities.heartbeat import heartbeating
-from durable_plans.activities.workspace_activities import in_thread
 from durable_plans.domain.session_contracts import (
     ACT_CHAT_PUBLISH,
     ChatPublishInput,
     ChatPublishOutput,
 )
-from durable_plans.domain.workspace import WorkspacePublishInput
+from durable_plans.domain.workspace_refs import WorkspacePublishInput
 
 __all__ = ["ChatWorkspaceActivities"]
 

@@ -3,7 +3,7 @@
 An agents file (per agent, or for every agent) and a plan (for all of its subtasks) may
 say that some tools, or all, need approval. Before such a call runs, the workflow that
 made it waits for ``approve_tool_call`` or ``reject_tool_call`` (Updates, see
-``workflows/approvals.py``); a rejection, or no decision within ``timeout_s``, becomes the
+``workflows/approval_desk.py``); a rejection, or no decision within ``timeout_s``, becomes the
 call's tool result, so the model reads why and carries on.
 
 Pure and standard-library-plus-pydantic only: it runs inside the workflow sandbox, and

@@ -2,7 +2,7 @@
 are by, and the three activities that resolve a base, merge dependencies and publish a
 plan's result.
 
-The workflows carry commit ids only (``domain.workspace``); every git operation is an
+The workflows carry commit ids only (``domain.workspace_refs``); every git operation is an
 activity, so what a tree is at each step is recorded in the history: a replay, a retried
 activity or another host rebuilds exactly that tree.
 
@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.failures import FailureType, application_error
     from durable_plans.domain.ids import attempt_key
     from durable_plans.domain.models import Plan, SubtaskResult, SubtaskStatus
-    from durable_plans.domain.workspace import (
+    from durable_plans.domain.workspace_refs import (
         GitIdentity,
         WorkspaceMergeInput,
         WorkspaceMergeOutput,

@@ -1,12 +1,12 @@
 """Limits every worker shares: pace LLM requests by requests and tokens per minute.
 
-``DPLAN_RATE_LIMITS`` gives a model its limits (``domain/rate_limits.py``). Around every
+``DPLAN_RATE_LIMITS`` gives a model its limits (``domain/rate_pacing.py``). Around every
 provider request of a limited model, ``SharedRateLimits.call``:
 
 1. estimates the request's tokens (about four characters per token of its messages and
    tool schemas, scaled by what this worker has seen the provider count for that model:
    cheap, and corrected in step 4) and reserves a slot in the shared row of
-   the model at its endpoint and key (``session_store/rate_limits.py``): the reservation
+   the model at its endpoint and key (``session_store/limit_rows.py``): the reservation
    says how long to wait so that every worker together stays within the limits;
 2. waits that long (the LLM activity heartbeats meanwhile), then, if a provider's
    Retry-After was recorded while it waited, reserves again after it;
@@ -42,8 +42,8 @@ from temporalio import activity
 from durable_plans.activities.llm_errors import classify_llm_error
 from durable_plans.activities.log import get_logger
 from durable_plans.domain.failures import FailureType
-from durable_plans.domain.rate_limits import RateLimit, Reservation, bucket_key, limit_for
-from durable_plans.session_store.rate_limits import (
+from durable_plans.domain.rate_pacing import RateLimit, Reservation, bucket_key, limit_for
+from durable_plans.session_store.limit_rows import (
     MemoryRateLimitStore,
     RateLimitStore,
     open_rate_limit_store,

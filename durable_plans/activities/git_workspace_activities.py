@@ -36,7 +36,7 @@ from durable_plans.domain.contracts import (
     ACT_WORKSPACE_PUBLISH,
 )
 from durable_plans.domain.failures import FailureType, application_error
-from durable_plans.domain.workspace import (
+from durable_plans.domain.workspace_refs import (
     WorkspaceMergeInput,
     WorkspaceMergeOutput,
     WorkspaceOpenInput,

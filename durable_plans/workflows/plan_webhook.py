@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         Notify,
         PlanReport,
     )
-    from durable_plans.domain.notify import NOTIFY_MEMO_KEY
+    from durable_plans.domain.webhook import NOTIFY_MEMO_KEY
 
 from durable_plans.workflows import versions
 from durable_plans.workflows.policies import ActivityParameters, current_parameters

@@ -3,7 +3,7 @@
 A reservation is one short transaction: an upsert that creates the model's row if needed
 and returns it *locked* (``ON CONFLICT ... DO UPDATE`` takes the row lock, like
 ``SELECT ... FOR UPDATE``) together with the server's clock, the arithmetic of
-``domain.rate_limits.reserve``, and the update. Concurrent reservations of one model queue
+``domain.rate_pacing.reserve``, and the update. Concurrent reservations of one model queue
 on that row lock, so each sees the one before it; other models never wait. The server's
 clock (``clock_timestamp()``) is the only clock, so hosts whose clocks differ still agree
 on the schedule; the caller is told how long to wait, not until when.
@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 
-from durable_plans.domain.rate_limits import BucketState, RateLimit, Reservation, reserve
+from durable_plans.domain.rate_pacing import BucketState, RateLimit, Reservation, reserve
 from durable_plans.session_store.postgres import quote_identifier
 
 _LOCK_NAMESPACE = 0x64706C72  # "dplr": advisory lock held while creating the table
