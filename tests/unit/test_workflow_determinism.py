@@ -119,7 +119,7 @@ def f():
 
 def test_it_reads_every_workflow_module() -> None:
     names = {p.stem for p in _workflow_modules()}
-    assert {"plan", "subtask", "session", "agent_loop", "approvals"} <= names
+    assert {"plan", "subtask", "session", "agent_loop", "approval_desk"} <= names
 
 
 @pytest.mark.parametrize("path", _workflow_modules(), ids=lambda p: p.name)
