@@ -23,6 +23,7 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:  # temporalio is slow to import; settings are read without it
 __all__ = [
     "DEFAULT_ADDRESS",
     "DEFAULT_NAMESPACE",
+    "QUERY_RPC_TIMEOUT",
     "TemporalAccess",
     "TemporalConfigError",
     "TemporalTarget",
@@ -43,6 +45,14 @@ __all__ = [
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
+
+QUERY_RPC_TIMEOUT = timedelta(seconds=10)
+"""How long a caller (the client, the CLI, the page) waits for a workflow to answer a
+query. A query needs a worker to answer it (a closed workflow's, one replaying it);
+without one the server holds the call open, so the wait is bounded and a missing worker
+costs a sentence, not a hang. It lives here, with how callers reach the server, and not in
+``workflows.policies``: that module is workflow code (timeouts of the commands a workflow
+issues, passed through the sandbox), and callers must not depend on the workflow layer."""
 
 _ENV_PREFIX = "TEMPORAL_"
 _HOST_VERIFICATION_ENV = "TEMPORAL_TLS_DISABLE_HOST_VERIFICATION"

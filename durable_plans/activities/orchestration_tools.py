@@ -11,6 +11,7 @@ from pydantic import Field
 
 from durable_plans.activities.tool_registry import ToolArgs, ToolRegistry, ToolResult, ToolSpec
 from durable_plans.domain.agents import DELEGATE_TOOL, SPAWN_TOOL
+from durable_plans.domain.session_contracts import CREATE_PLAN_TOOL, SWITCH_TOOL
 
 MAX_TASK_CHARS = 20_000
 MAX_CONTEXT_CHARS = 50_000
@@ -83,7 +84,7 @@ ORCHESTRATION_REGISTRY.register(
 )
 
 ORCHESTRATION_REGISTRY.register(
-    "switch_agent",
+    SWITCH_TOOL,
     "Hand the conversation to another agent (e.g. to the coder once the design is agreed). "
     "Tool traffic is cleared, the conversation and your last answer are kept, and the new "
     "agent answers the next message.",
@@ -91,7 +92,7 @@ ORCHESTRATION_REGISTRY.register(
     _carried_out_elsewhere,
 )
 ORCHESTRATION_REGISTRY.register(
-    "create_plan",
+    CREATE_PLAN_TOOL,
     "Turn a goal into a plan of subtasks with dependencies and start it; it runs durably "
     "in the background and its report is added to this conversation when it finishes. "
     "If the plan is invalid you get the problems back: fix them and call again.",

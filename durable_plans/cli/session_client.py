@@ -10,8 +10,7 @@ The workflow's own failures are read with ``domain.failures``, like every other 
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 from temporalio.client import (
     Client,
@@ -28,6 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_plans.cli.run_command import Connection
 from durable_plans.client import DurablePlansError
+from durable_plans.connection import QUERY_RPC_TIMEOUT
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.failures import describe_failure
 from durable_plans.domain.ids import session_workflow_id
@@ -47,7 +47,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-_QUERY_TIMEOUT: Final = timedelta(seconds=10)
+_QUERY_TIMEOUT = QUERY_RPC_TIMEOUT
 
 
 # --------------------------------------------------------------------------- session ids

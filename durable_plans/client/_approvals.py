@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_plans._errors import InvalidArgument, Refused
+from durable_plans.connection import QUERY_RPC_TIMEOUT
 from durable_plans.domain.approval_rules import (
     QUERY_APPROVALS,
     UPDATE_APPROVE,
@@ -47,7 +48,7 @@ __all__ = [
 
 # A closed workflow answers a query only through a worker replaying it: bounded, so a
 # missing worker costs a sentence, not a hang.
-_QUERY_TIMEOUT = timedelta(seconds=10)
+_QUERY_TIMEOUT = QUERY_RPC_TIMEOUT
 _RUNNING_PLANS = f"WorkflowType = '{PLAN_WORKFLOW}' AND ExecutionStatus = 'Running'"
 
 

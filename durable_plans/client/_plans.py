@@ -44,7 +44,7 @@ from durable_plans._errors import (
     TemporalUnreachable,
 )
 from durable_plans.activities.plan_data import put_data
-from durable_plans.connection import connect_options
+from durable_plans.connection import QUERY_RPC_TIMEOUT, connect_options
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput
 from durable_plans.domain.failures import FailureType, MalformedDetails, read_plan_report
@@ -88,7 +88,7 @@ _CLOUD_SUFFIXES = (".tmprl.cloud", ".api.temporal.io")
 _CLOUD_UI = "https://cloud.temporal.io"
 # A query needs a worker to answer it; without one the server holds the call open. A
 # bounded wait turns "hangs forever" into a message that says what is missing.
-_QUERY_TIMEOUT = timedelta(seconds=10)
+_QUERY_TIMEOUT = QUERY_RPC_TIMEOUT
 _GOAL_SUMMARY_CHARS = 200
 
 

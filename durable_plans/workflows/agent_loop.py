@@ -5,12 +5,12 @@ calling a tool. Every step is an activity whose writes carry ids derived from ``
 and the turn, so a replayed or retried step never writes twice. The loop only knows ids:
 the conversation itself is read and written by the activities.
 
-Tools are dispatched by name: workspace tools run as the local activity ``run_tool``,
-delegation as its own LLM activity, ``spawn_subagent`` as a nested SubtaskWorkflow,
-``run_command`` and MCP servers' tools as regular activities with their own timeouts and
-retries (a command at most once unless declared idempotent), and a workflow may add its
-own (SessionWorkflow's ``switch_agent`` and ``create_plan``) through
-``custom_tools``.
+Tools are dispatched by kind (``domain.tool_contracts.ToolKind``) through one table,
+``TOOL_HANDLERS``: workspace tools run as the local activity ``run_tool``, delegation as
+its own LLM activity, ``spawn_subagent`` as a nested SubtaskWorkflow, ``run_command`` and
+MCP servers' tools as regular activities with their own timeouts and retries (a command
+at most once unless declared idempotent), and a workflow may add its own
+(SessionWorkflow's ``switch_agent`` and ``create_plan``) through ``custom_tools``.
 
 With a ``workspace`` (a tree at a commit, ``domain.workspace_refs``), every call that may
 change files names the tree's head and returns the commit it made, which becomes the
@@ -26,10 +26,10 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from types import MappingProxyType
+from typing import Final
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -38,7 +38,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from durable_plans.domain.agents import DELEGATE_TOOL, SPAWN_TOOL, AgentCatalog, AgentSpec
+    from durable_plans.domain.agents import ORCHESTRATION_TOOL_NAMES, AgentCatalog, AgentSpec
     from durable_plans.domain.approval_rules import ApprovalPolicy, effective_policy, needs_approval
     from durable_plans.domain.compaction import (
         ACT_COMPACT_HISTORY,
@@ -83,10 +83,13 @@ with workflow.unsafe.imports_passed_through():
         ACT_ANSWER_TOOL_ERROR,
         ACT_CALL_MCP_TOOL,
         ACT_RUN_COMMAND,
+        EDITABLE_TOOL_KINDS,
         CommandCallInput,
         McpCallInput,
         ToolCallAt,
         ToolErrorInput,
+        ToolKind,
+        tool_kind,
     )
     from durable_plans.domain.tools_config import (
         RUN_COMMAND_TOOL,
@@ -101,6 +104,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.workspace_refs import WorkspaceRef
 
 from durable_plans.workflows import policies, versions
+from durable_plans.workflows.activity_failures import why
 from durable_plans.workflows.approval_desk import ApprovalDesk, edited_note
 from durable_plans.workflows.llm_call import execute_llm_activity
 from durable_plans.workflows.plan_workspace import moved_to, subagent_start
@@ -109,6 +113,17 @@ from durable_plans.workflows.store_ops import store_op
 # A workflow's own tool: (assistant message id, turn, call index, call) → a note for the
 # session, or None. It must write the tool result itself (through an activity).
 CustomTool = Callable[[str, int, int, ToolCallRef], Awaitable[str | None]]
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One tool call as its handler receives it: where the model made it, and the
+    arguments a person replaced the model's with (None: the model's own)."""
+
+    message_id: str
+    index: int
+    ref: ToolCallRef
+    arguments: str | None
 
 
 class LoopFailed(Exception):
@@ -362,7 +377,7 @@ class AgentLoop:
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise
-            workflow.logger.warning("compaction of %s failed: %s", self.session_id, _why(err))
+            workflow.logger.warning("compaction of %s failed: %s", self.session_id, why(err))
             return False
         finally:
             self.phase = "thinking"
@@ -395,7 +410,7 @@ class AgentLoop:
             index=index,
             agent=self.spec.name,
             policy=policy,
-            editable=self._runs_as_tool_activity(ref.name),
+            editable=self._editable(ref.name),
         )
         self.phase = "running tools"
         if not decision.approved:
@@ -405,66 +420,91 @@ class AgentLoop:
             return note
         return "\n".join(n for n in (edited_note(decision), note) if n)
 
-    def _runs_as_tool_activity(self, name: str) -> bool:
-        """Whether ``run_tool`` carries the call out (so its arguments may be replaced)."""
-        return name not in self.custom_tools and name not in (DELEGATE_TOOL, SPAWN_TOOL)
+    def _kind(self, name: str) -> ToolKind:
+        """How a call to ``name`` is carried out (``domain.tool_contracts.tool_kind``)."""
+        return tool_kind(name, allowed=self.tools, custom=self.custom_tools, mcp=self.mcp_tools)
+
+    def _editable(self, name: str) -> bool:
+        """Whether a person approving the call may replace its arguments: its activity
+        reads the arguments it is handed, and it is not an orchestration tool (whose
+        arguments are never replaced, even in a call that will be refused)."""
+        return self._kind(name) in EDITABLE_TOOL_KINDS and name not in ORCHESTRATION_TOOL_NAMES
 
     async def _dispatch(
         self, message_id: str, index: int, ref: ToolCallRef, arguments: str | None
     ) -> str | None:
-        """Carry out one tool call; returns a note for the session, if any."""
-        tools = self.tools
-        custom = self.custom_tools.get(ref.name)
-        if custom is not None:
-            return await custom(message_id, self.turn, index, ref)
-        params = policies.current_parameters()
-        if ref.name == DELEGATE_TOOL and DELEGATE_TOOL in tools:
-            delegated: DelegateOutput = await workflow.execute_activity(
-                ACT_DELEGATE,
-                DelegateInput(
-                    session_id=self.session_id,
-                    message_id=message_id,
-                    call_index=index,
-                    scope=self.scope,
-                    turn=self.turn,
-                    budget=self.budget,
-                    root_session_id=self.root_session_id,
-                ),
-                result_type=DelegateOutput,
-                start_to_close_timeout=params.llm_start_to_close,
-                heartbeat_timeout=params.llm_heartbeat,
-                retry_policy=params.llm_retry,
-            )
-            self.usage = self.usage + delegated.usage
-            return None
-        if ref.name == SPAWN_TOOL and SPAWN_TOOL in tools:
-            # The parent's tree waits for the sub-agent: it carries on from its last commit.
-            async with self._on_tree():
-                return await self._spawn(message_id, index, ref)
-        at = ToolCallAt(
+        """Carry out one tool call through the handler of its kind (``TOOL_HANDLERS``);
+        returns a note for the session, if any."""
+        call = _Call(message_id=message_id, index=index, ref=ref, arguments=arguments)
+        return await TOOL_HANDLERS[self._kind(ref.name)](self, call)
+
+    def _at(self, call: _Call) -> ToolCallAt:
+        return ToolCallAt(
             session_id=self.session_id,
-            message_id=message_id,
-            call_index=index,
+            message_id=call.message_id,
+            call_index=call.index,
             scope=self.scope,
             turn=self.turn,
         )
-        if ref.name == RUN_COMMAND_TOOL and RUN_COMMAND_TOOL in tools:
-            async with self._on_tree():
-                await self._run_command(at, arguments)
-            return None
-        mcp = self.mcp_tools.get(ref.name)
-        if mcp is not None:
-            await self._call_mcp(at, *mcp, arguments)
-            return None
+
+    async def _custom_tool(self, call: _Call) -> str | None:
+        """``ToolKind.CUSTOM``: the workflow's own tool, which writes its result itself."""
+        return await self.custom_tools[call.ref.name](
+            call.message_id, self.turn, call.index, call.ref
+        )
+
+    async def _delegate(self, call: _Call) -> str | None:
+        """``ToolKind.DELEGATE``: one LLM activity answers in this conversation."""
+        params = policies.current_parameters()
+        delegated: DelegateOutput = await workflow.execute_activity(
+            ACT_DELEGATE,
+            DelegateInput(
+                session_id=self.session_id,
+                message_id=call.message_id,
+                call_index=call.index,
+                scope=self.scope,
+                turn=self.turn,
+                budget=self.budget,
+                root_session_id=self.root_session_id,
+            ),
+            result_type=DelegateOutput,
+            start_to_close_timeout=params.llm_start_to_close,
+            heartbeat_timeout=params.llm_heartbeat,
+            retry_policy=params.llm_retry,
+        )
+        self.usage = self.usage + delegated.usage
+        return None
+
+    async def _sub_agent(self, call: _Call) -> str | None:
+        """``ToolKind.SUB_AGENT``: the parent's tree waits for the sub-agent, and carries
+        on from its last commit."""
+        async with self._on_tree():
+            return await self._spawn(call.message_id, call.index, call.ref)
+
+    async def _command(self, call: _Call) -> str | None:
+        """``ToolKind.COMMAND``: ``run_command`` on the tree, one call at a time."""
+        at = self._at(call)
+        async with self._on_tree():
+            await self._run_command(at, call.arguments)
+        return None
+
+    async def _mcp_tool(self, call: _Call) -> str | None:
+        """``ToolKind.MCP``: a tool of one of the agent's MCP servers."""
+        await self._call_mcp(self._at(call), *self.mcp_tools[call.ref.name], call.arguments)
+        return None
+
+    async def _builtin(self, call: _Call) -> str | None:
+        """``ToolKind.BUILTIN``: ``run_tool`` on the tree (the file tools), which refuses
+        a name the agent may not call as the call's answer."""
         async with self._on_tree() as tree:
             inp = ToolCallInput(
                 session_id=self.session_id,
-                message_id=message_id,
-                call_index=index,
+                message_id=call.message_id,
+                call_index=call.index,
                 scope=self.scope,
                 turn=self.turn,
-                allowed_tools=tools,
-                arguments=arguments,
+                allowed_tools=self.tools,
+                arguments=call.arguments,
                 workspace=tree,
                 at_s=self._at_s(),
             )
@@ -519,7 +559,6 @@ class AgentLoop:
                 f"[agents.{self.spec.name}.run_command] approval_required = false",
             )
             return
-        attempts = 3 if policy.idempotent else 1
         try:
             out: ToolCallOutput = await workflow.execute_activity(
                 ACT_RUN_COMMAND,
@@ -531,11 +570,9 @@ class AgentLoop:
                     at_s=self._at_s(),
                 ),
                 result_type=ToolCallOutput,
-                start_to_close_timeout=timedelta(seconds=policy.timeout_s + 30),
+                start_to_close_timeout=policies.command_start_to_close(policy.timeout_s),
                 heartbeat_timeout=policies.SHORT_HEARTBEAT,
-                retry_policy=RetryPolicy(
-                    maximum_attempts=attempts, initial_interval=timedelta(seconds=1)
-                ),
+                retry_policy=policies.command_retry(policy.idempotent),
             )
             self._took(out.commit)
         except ActivityError as err:
@@ -543,7 +580,7 @@ class AgentLoop:
                 raise
             await self._answer_error(
                 at,
-                f"the command's run was lost ({_why(err)}); it may have run in part: check "
+                f"the command's run was lost ({why(err)}); it may have run in part: check "
                 "the workspace before running it again",
             )
 
@@ -560,15 +597,9 @@ class AgentLoop:
                 ACT_CALL_MCP_TOOL,
                 McpCallInput(call=at, server=server.server, tool=tool.name, arguments=arguments),
                 result_type=ToolCallOutput,
-                # The server's timeout is per call; the rest allows for starting it.
-                start_to_close_timeout=timedelta(seconds=server.timeout_s + 30),
+                start_to_close_timeout=policies.mcp_call_start_to_close(server.timeout_s),
                 heartbeat_timeout=policies.SHORT_HEARTBEAT,
-                retry_policy=RetryPolicy(
-                    maximum_attempts=server.max_attempts,
-                    initial_interval=timedelta(seconds=1),
-                    maximum_interval=timedelta(seconds=10),
-                    non_retryable_error_types=["McpConfig"],
-                ),
+                retry_policy=policies.mcp_call_retry(server.max_attempts),
             )
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
@@ -576,7 +607,7 @@ class AgentLoop:
             await self._answer_error(
                 at,
                 f"MCP server {server.server!r} failed on {tool.name} after "
-                f"{server.max_attempts} attempt(s): {_why(err)}",
+                f"{server.max_attempts} attempt(s): {why(err)}",
             )
 
     async def _answer_error(self, at: ToolCallAt, text: str) -> None:
@@ -584,7 +615,7 @@ class AgentLoop:
             ACT_ANSWER_TOOL_ERROR,
             ToolErrorInput(call=at, text=text),
             result_type=ToolCallOutput,
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=policies.TOOL_ERROR_START_TO_CLOSE,
             local_retry_threshold=policies.LOCAL_RETRY_THRESHOLD,
         )
 
@@ -677,9 +708,17 @@ class AgentLoop:
         return f"[sub-agent {short} {'result' if ok else 'error'}] {text}"
 
 
-def _why(err: ActivityError) -> str:
-    cause = err.cause
-    while isinstance(cause, ActivityError) and cause.cause is not None:
-        cause = cause.cause
-    text = str(cause or err) or type(cause or err).__name__
-    return text[:300]
+ToolHandler = Callable[[AgentLoop, _Call], Awaitable[str | None]]
+
+TOOL_HANDLERS: Final[Mapping[ToolKind, ToolHandler]] = MappingProxyType(
+    {
+        ToolKind.CUSTOM: AgentLoop._custom_tool,
+        ToolKind.DELEGATE: AgentLoop._delegate,
+        ToolKind.SUB_AGENT: AgentLoop._sub_agent,
+        ToolKind.COMMAND: AgentLoop._command,
+        ToolKind.MCP: AgentLoop._mcp_tool,
+        ToolKind.BUILTIN: AgentLoop._builtin,
+    }
+)
+"""The one table of tool kinds: each ``ToolKind`` and the method that carries its calls
+out; ``_dispatch`` looks every call up here."""

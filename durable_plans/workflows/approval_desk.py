@@ -45,8 +45,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_plans.domain.failures import FailureType, application_error
 
-from durable_plans.workflows import policies
-from durable_plans.workflows.store_ops import STORE_OP_RETRY, STORE_OP_TIMEOUT, store_op
+from durable_plans.workflows.store_ops import store_op
 
 
 @dataclass
@@ -122,7 +121,7 @@ class ApprovalDesk:
             self._show()
         decision = self.decided[call_id]
         if not decision.approved:
-            await workflow.execute_local_activity(
+            await store_op(
                 ACT_ANSWER_CALL,
                 AnswerCallInput(
                     session_id=session_id,
@@ -132,9 +131,6 @@ class ApprovalDesk:
                     turn=turn,
                     text=rejection_text(decision),
                 ),
-                start_to_close_timeout=STORE_OP_TIMEOUT,
-                retry_policy=STORE_OP_RETRY,
-                local_retry_threshold=policies.LOCAL_RETRY_THRESHOLD,
                 summary=f"{described.tool} rejected by {decision.who}"[:200],
             )
         return decision

@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.contracts import ACT_WORKSPACE_OPEN
-    from durable_plans.domain.failures import FailureType, application_error
+    from durable_plans.domain.failures import application_error
     from durable_plans.domain.ids import stable_id
     from durable_plans.domain.session_contracts import (
         ACT_CHAT_PUBLISH,
@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from durable_plans.workflows import policies
+from durable_plans.workflows.activity_failures import workspace_failure
 
 __all__ = [
     "PublishFailed",
@@ -87,15 +88,6 @@ def restart_at(ws: ChatWorkspace, commit: str) -> ChatWorkspace:
     return ws.model_copy(update={"ref": ref, "undos": undos})
 
 
-def _why(err: ActivityError) -> tuple[str, str]:
-    cause: BaseException | None = err.cause
-    while isinstance(cause, ActivityError) and cause.cause is not None:
-        cause = cause.cause
-    if isinstance(cause, ApplicationError):
-        return cause.type or FailureType.WORKSPACE_UNAVAILABLE.value, cause.message
-    return FailureType.WORKSPACE_UNAVAILABLE.value, (str(cause or err) or "no reason given")[:500]
-
-
 async def open_chat_workspace(session_id: str, agent: str) -> ChatWorkspace:
     """The conversation's files from the repository's HEAD, resolved once (then carried
     across continue-as-new). The tree key hashes the run chain's first run id: a
@@ -113,7 +105,7 @@ async def open_chat_workspace(session_id: str, agent: str) -> ChatWorkspace:
     except ActivityError as err:
         if isinstance(err.cause, CancelledError):  # the conversation is being cancelled
             raise asyncio.CancelledError() from err
-        type_, message = _why(err)
+        type_, message = workspace_failure(err)
         raise application_error(
             type_, f"the conversation's workspace: {message}", type_in_message=True
         ) from err
@@ -154,6 +146,6 @@ async def publish_head(
     except ActivityError as err:
         if isinstance(err.cause, CancelledError):
             raise asyncio.CancelledError() from err
-        type_, message = _why(err)
+        type_, message = workspace_failure(err)
         raise PublishFailed(f"{type_}: {message}") from err
     return ws.model_copy(update={"published": ws.ref.head, "branch": out.branch}), out.files

@@ -12,7 +12,6 @@ without one issue exactly the commands they always did (no patch needed).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import timedelta
 
 from temporalio import workflow
 
@@ -59,7 +58,7 @@ async def run_check_round(
                 sandbox=sandbox,
             ),
             result_type=CheckRun,
-            start_to_close_timeout=timedelta(seconds=timeout_s + 120),
+            start_to_close_timeout=policies.check_start_to_close(timeout_s),
             heartbeat_timeout=policies.SHORT_HEARTBEAT,
             retry_policy=policies.check_retry(),
             summary=f"check (round {round_}): {shown(argv)}"[:200],

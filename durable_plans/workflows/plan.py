@@ -21,11 +21,10 @@ failed part-way or cancelled), publishes the merge of what completed as the bran
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import TypeVar
 
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy
+from temporalio.common import RawValue
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -686,11 +685,9 @@ class PlanWorkflow(PauseHandlers):
                 ACT_LIST_MCP_TOOLS,
                 ListMcpToolsInput(servers=tuple(servers)),
                 result_type=ListMcpToolsOutput,
-                start_to_close_timeout=timedelta(minutes=2),
+                start_to_close_timeout=policies.MCP_LIST_START_TO_CLOSE,
                 heartbeat_timeout=policies.SHORT_HEARTBEAT,
-                retry_policy=RetryPolicy(
-                    maximum_attempts=3, non_retryable_error_types=["McpConfig"]
-                ),
+                retry_policy=policies.mcp_list_retry(),
             )
         except ActivityError as err:
             cause = err.cause

@@ -53,9 +53,7 @@ MEMO_KEY = NOTIFY_MEMO_KEY
 
 def delivery_window(notify: Notify, parameters: ActivityParameters) -> timedelta:
     """How long the delivery may keep retrying: the plan's own window, else the worker's."""
-    if notify.deliver_for_s is not None:
-        return timedelta(seconds=notify.deliver_for_s)
-    return parameters.notify_deliver_for
+    return parameters.delivery_window(notify.deliver_for_s)
 
 
 async def deliver_report(plan_run_id: str, notify: Notify, report: PlanReport) -> DeliveryOutcome:

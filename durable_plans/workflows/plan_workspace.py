@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.contracts import (
@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
         ACT_WORKSPACE_OPEN,
         ACT_WORKSPACE_PUBLISH,
     )
-    from durable_plans.domain.failures import FailureType, application_error
+    from durable_plans.domain.failures import application_error
     from durable_plans.domain.ids import attempt_key
     from durable_plans.domain.models import Plan, SubtaskResult, SubtaskStatus
     from durable_plans.domain.workspace_refs import (
@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from durable_plans.workflows import policies
+from durable_plans.workflows.activity_failures import workspace_failure
 from durable_plans.workflows.llm_call import execute_local
 
 __all__ = [
@@ -150,17 +151,6 @@ def result_commits(plan: Plan, results: dict[str, SubtaskResult]) -> tuple[tuple
     return tuple((sid, commit) for sid, commit in done if sid not in contained)
 
 
-def _why(err: ActivityError) -> tuple[str, str]:
-    """The failure type and message of a workspace activity that failed for good."""
-    cause: BaseException | None = err.cause
-    while isinstance(cause, ActivityError) and cause.cause is not None:
-        cause = cause.cause
-    if isinstance(cause, ApplicationError):
-        return cause.type or FailureType.WORKSPACE_UNAVAILABLE.value, cause.message
-    text = str(cause or err) or type(cause or err).__name__
-    return FailureType.WORKSPACE_UNAVAILABLE.value, text[:500]
-
-
 def _cancelled(err: ActivityError) -> bool:
     return isinstance(err.cause, CancelledError)
 
@@ -181,7 +171,7 @@ async def open_base(plan: Plan) -> str:
     except ActivityError as err:
         if _cancelled(err):  # the plan is being cancelled: it ends cancelled, with a report
             raise asyncio.CancelledError() from err
-        type_, message = _why(err)
+        type_, message = workspace_failure(err)
         raise application_error(
             type_, f"plan {plan.id!r} cannot start: its workspace: {message}"
         ) from None
@@ -231,7 +221,7 @@ async def start_head(start: WorkspaceStart, subtask: str, *, local: bool = False
     except ActivityError as err:
         if _cancelled(err):
             raise
-        raise WorkspaceStepFailed(*_why(err)) from None
+        raise WorkspaceStepFailed(*workspace_failure(err)) from None
     return out.commit
 
 
@@ -260,7 +250,7 @@ async def publish_result(
     except ActivityError as err:
         # A cancel that arrives while the plan is publishing (it had ended otherwise) is
         # treated like any other failure to publish: the report is made all the same.
-        type_, message = _why(err)
+        type_, message = workspace_failure(err)
         workflow.logger.warning(
             "plan %s: its result branch was not published: %s: %s", plan_id, type_, message
         )

@@ -26,9 +26,13 @@ from temporalio.common import RetryPolicy
 from durable_plans.domain.failures import NON_RETRYABLE_LLM_FAILURES, FailureType
 
 __all__ = [
+    "CHECK_GRACE",
+    "COMMAND_GRACE",
     "DEFAULT_PARAMETERS",
     "LLM_BACKOFF_COEFFICIENT",
     "LOCAL_RETRY_THRESHOLD",
+    "MCP_CALL_GRACE",
+    "MCP_LIST_START_TO_CLOSE",
     "NON_RETRYABLE_LLM_ERRORS",
     "NON_RETRYABLE_NOTIFY_ERRORS",
     "NON_RETRYABLE_WORKSPACE_ERRORS",
@@ -36,9 +40,19 @@ __all__ = [
     "PARAMETERS_EXTERN",
     "RATE_LIMIT_MIN_DELAY",
     "SHORT_HEARTBEAT",
+    "STORE_OP_RETRY",
+    "STORE_OP_TIMEOUT",
+    "TOOL_ERROR_START_TO_CLOSE",
     "WORKSPACE_START_TO_CLOSE",
     "ActivityParameters",
+    "check_retry",
+    "check_start_to_close",
+    "command_retry",
+    "command_start_to_close",
     "current_parameters",
+    "mcp_call_retry",
+    "mcp_call_start_to_close",
+    "mcp_list_retry",
     "workspace_retry",
 ]
 
@@ -88,6 +102,40 @@ SHORT_HEARTBEAT = timedelta(seconds=5)
 # timers of its own, at the price of a workflow task and a few events per retry
 # (docs/known-issues.md). A microsecond, not zero: the SDK reads zero as unset.
 LOCAL_RETRY_THRESHOLD = timedelta(microseconds=1)
+
+# One session-store operation (``workflows/store_ops.py``, and the approval desk's record of
+# a decision): a local activity that reads or writes a few rows. Thirty seconds is far
+# above what one takes; a store that does not answer within it is retried.
+STORE_OP_TIMEOUT = timedelta(seconds=30)
+
+# Session-store operations are idempotent (deterministic ids), so they are retried often
+# and fast: a locked or briefly unreachable store is the usual cause, and a subtask waits
+# on each one. Twenty attempts, backing off from 200 ms to 10 s, ride out about two
+# minutes of trouble before the workflow sees the failure. A constant: it holds no list.
+STORE_OP_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=20,
+)
+
+# Writing a tool's refusal (``answer_tool_error``, a local activity): one row in the store.
+TOOL_ERROR_START_TO_CLOSE = timedelta(seconds=30)
+
+# Listing the MCP servers' tools when a plan starts: each server is started (a process or
+# a connection) and asked for its tools, which may take a while the first time.
+MCP_LIST_START_TO_CLOSE = timedelta(minutes=2)
+
+# What ``run_command``'s activity may take beyond the command's own ``timeout_s``: the
+# sandbox starting, the workspace checked out and the result committed and written.
+COMMAND_GRACE = timedelta(seconds=30)
+
+# What an MCP tool call's activity may take beyond the server's per-call ``timeout_s``:
+# starting or connecting to the server.
+MCP_CALL_GRACE = timedelta(seconds=30)
+
+# What a check's activity may take beyond its command's ``timeout_s``: checking out the
+# workspace's head and starting the sandbox, which may pull an image the first time.
+CHECK_GRACE = timedelta(seconds=120)
 
 # The name under which a worker exposes its parameters to its workflows.
 PARAMETERS_EXTERN = "durable_plans.activity_parameters"
@@ -214,6 +262,13 @@ class ActivityParameters:
             wanted = min(doubled, self.llm_max_backoff)
         return max(wanted, RATE_LIMIT_MIN_DELAY)
 
+    def delivery_window(self, deliver_for_s: float | None) -> timedelta:
+        """How long a plan-end webhook may keep retrying: the plan's own
+        ``notify.deliver_for_s`` when it sets one, else ``notify_deliver_for``."""
+        if deliver_for_s is not None:
+            return timedelta(seconds=deliver_for_s)
+        return self.notify_deliver_for
+
     @property
     def notify_retry(self) -> RetryPolicy:
         """Unlimited attempts, bounded in time by the activity's schedule-to-close timeout
@@ -277,4 +332,47 @@ def check_retry() -> RetryPolicy:
             FailureType.WORKSPACE_UNAVAILABLE.value,
             FailureType.SANDBOX_UNAVAILABLE.value,
         ],
+    )
+
+
+def check_start_to_close(timeout_s: float) -> timedelta:
+    """One check's attempt: its command's own timeout plus ``CHECK_GRACE``."""
+    return timedelta(seconds=timeout_s + CHECK_GRACE.total_seconds())
+
+
+def command_start_to_close(timeout_s: float) -> timedelta:
+    """One ``run_command`` attempt: the agent's command timeout plus ``COMMAND_GRACE``."""
+    return timedelta(seconds=timeout_s + COMMAND_GRACE.total_seconds())
+
+
+def command_retry(idempotent: bool) -> RetryPolicy:
+    """``run_command``'s retries: a command may have run in part when its attempt was lost,
+    so it runs once unless the agent declared its commands idempotent (then three
+    attempts, a second apart). A lost run is answered to the model as such."""
+    return RetryPolicy(
+        maximum_attempts=3 if idempotent else 1, initial_interval=timedelta(seconds=1)
+    )
+
+
+def mcp_list_retry() -> RetryPolicy:
+    """Listing MCP servers' tools: three attempts (a server slow to start gets another
+    chance), none for a server configured wrongly (``McpConfig``), which a person must fix.
+    A function: the policy holds a list (see ``workspace_retry``)."""
+    return RetryPolicy(maximum_attempts=3, non_retryable_error_types=["McpConfig"])
+
+
+def mcp_call_start_to_close(timeout_s: float) -> timedelta:
+    """One MCP tool call's attempt: the server's per-call timeout plus ``MCP_CALL_GRACE``."""
+    return timedelta(seconds=timeout_s + MCP_CALL_GRACE.total_seconds())
+
+
+def mcp_call_retry(max_attempts: int) -> RetryPolicy:
+    """An MCP tool call's retries: as many attempts as the server's configuration allows
+    (``max_attempts``, the operator knows whether its tools may run twice), a second to ten
+    apart, none for a server configured wrongly (``McpConfig``)."""
+    return RetryPolicy(
+        maximum_attempts=max_attempts,
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=10),
+        non_retryable_error_types=["McpConfig"],
     )

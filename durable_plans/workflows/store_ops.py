@@ -11,28 +11,25 @@ slow, must heartbeat, and are what Temporal Web should show as they run.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 from durable_plans.workflows import policies
 
-STORE_OP_TIMEOUT = timedelta(seconds=30)
-STORE_OP_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=200),
-    maximum_interval=timedelta(seconds=10),
-    maximum_attempts=20,
-)
 
-
-async def store_op(activity: str, arg: Any, *, result_type: type | None = None) -> Any:
+async def store_op(
+    activity: str, arg: Any, *, result_type: type | None = None, summary: str | None = None
+) -> Any:
+    """Run one session-store operation as a local activity (``summary``: what Temporal Web
+    shows of it). Every store operation of every workflow goes through here, so they all
+    share one timeout and one retry policy (``policies.STORE_OP_*``)."""
     return await workflow.execute_local_activity(
         activity,
         arg,
         result_type=result_type,
-        start_to_close_timeout=STORE_OP_TIMEOUT,
-        retry_policy=STORE_OP_RETRY,
+        start_to_close_timeout=policies.STORE_OP_TIMEOUT,
+        retry_policy=policies.STORE_OP_RETRY,
         local_retry_threshold=policies.LOCAL_RETRY_THRESHOLD,
+        summary=summary,
     )

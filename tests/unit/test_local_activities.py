@@ -51,8 +51,9 @@ def test_every_local_activity_passes_the_threshold() -> None:
         found += len(local_activity_calls(source, str(path)))
         problems += [f"{path.relative_to(ROOT)}:{line}" for line in missing_threshold(source)]
     assert problems == []
-    # The calls of llm_call, store_ops, approvals and agent_loop (two): the scan sees them
-    assert found >= 5
+    # The calls of llm_call, store_ops and agent_loop (two; the approval desk's store write
+    # goes through store_ops): the scan sees them
+    assert found >= 4
 
 
 def test_the_scan_flags_a_call_without_the_threshold() -> None:
