@@ -145,7 +145,10 @@ mcp = ["time", "git/git_status", "git/git_log"]
     # Killed mid-call, restarted, answered once: the retry reached a fresh server.
     assert "modified:   notes.txt" in answers["git__git_status"]
     assert not flag.exists()
-    assert starts.read_text().splitlines() == ["start", "start"]
+    # At least the first server and the one after the kill; a listing attempt cut short by
+    # its timeout on a loaded host starts one more, which is retrying doing its job.
+    started = starts.read_text().splitlines()
+    assert set(started) == {"start"} and len(started) >= 2, started
     # A tool the agent was not given is refused as a tool result; nothing was staged.
     assert answers["git__git_add"].startswith("error: unknown tool 'git__git_add'")
     assert "initial notes" in answers["git__git_log"]
