@@ -26,13 +26,6 @@ from durable_plans.connection import (
     TemporalTarget,
     resolve_temporal,
 )
-from durable_plans.worker_versioning import (
-    DeploymentError,
-    WorkerDeployment,
-    check_build_id,
-    check_deployment_name,
-    default_build_id,
-)
 from durable_plans.domain.contracts import SUBTASK_WORKFLOW
 from durable_plans.domain.durations import DurationError, parse_duration
 from durable_plans.domain.models import Budget
@@ -41,6 +34,13 @@ from durable_plans.domain.streaming import STREAM_MODES, StreamMode, streams_in
 from durable_plans.domain.workspace_refs import DEFAULT_BRANCH_PREFIX
 from durable_plans.event_loop import EVENT_LOOPS, EventLoopChoice
 from durable_plans.payload_codec import PayloadKeyError, PayloadKeyring, keyring_from_env
+from durable_plans.worker_versioning import (
+    DeploymentError,
+    WorkerDeployment,
+    check_build_id,
+    check_deployment_name,
+    default_build_id,
+)
 from durable_plans.workflows.policies import DEFAULT_PARAMETERS, ActivityParameters
 
 SCRIPTED_MODEL = "scripted/demo"

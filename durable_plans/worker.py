@@ -34,12 +34,12 @@ from durable_plans.activities.sandbox import SandboxUnavailable, checked_sandbox
 from durable_plans.client._plans import connect
 from durable_plans.connection import describe_connection
 from durable_plans.core_log import route_core_log
-from durable_plans.worker_versioning import describe_deployment
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.plugin import DurablePlansPlugin, client_carrying
 from durable_plans.session_store import InvalidStoreTarget, SessionStore, SessionStoreUnavailable
 from durable_plans.session_store.factory import describe_store_target, open_session_store
 from durable_plans.settings import Settings, SettingsError
+from durable_plans.worker_versioning import describe_deployment
 from durable_plans.workspace_gc import gc_interval, run_periodically
 
 __all__ = ["build_worker", "deployment_config", "main", "run_worker", "safe_url"]

@@ -61,7 +61,6 @@ class WorkerDeployment:
     build_id: str
 
 
-
 def describe_deployment(deployment: WorkerDeployment | None) -> str:
     """One line for ``dplan-worker --check``: the deployment and build, or unversioned."""
     if deployment is None:

@@ -104,9 +104,13 @@ async def make_current(client: Client, deployment: str, build: str) -> None:
             break
         assert time.monotonic() < deadline, f"set-current-version {build} kept failing: {out}"
         await asyncio.sleep(POLL_S)
-    request = DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
+    request = DescribeWorkerDeploymentRequest(
+        namespace=client.namespace, deployment_name=deployment
+    )
     while True:
-        info = (await client.workflow_service.describe_worker_deployment(request)).worker_deployment_info
+        info = (
+            await client.workflow_service.describe_worker_deployment(request)
+        ).worker_deployment_info
         routing = info.routing_config
         if (
             routing.current_deployment_version.build_id == build
@@ -128,7 +132,9 @@ async def builds_of_run(client: Client, workflow_id: str, run_id: str) -> tuple[
             attrs = event.workflow_task_completed_event_attributes
             builds.add(attrs.deployment_version.build_id or "(unversioned)")
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-            continued = event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            continued = (
+                event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            )
     return builds, continued
 
 
@@ -165,24 +171,23 @@ async def session_runs(client: Client, workflow_id: str, first_run: str) -> list
     return runs
 
 
-async def until_current_run_on(
-    client: Client, workflow_id: str, other_than: str, build: str
-) -> str:
-    """The id of the workflow's latest run, once it is not ``other_than`` and its first
-    workflow task was completed by ``build``."""
+async def until_next_run_on(client: Client, workflow_id: str, after: str, build: str) -> str:
+    """The id of the run that follows ``after``, once its first workflow task has been
+    completed (by ``build``, asserted): from then on that run is pinned there."""
     deadline = time.monotonic() + WAIT_S
     while True:
-        described = await client.get_workflow_handle(workflow_id).describe()
-        versioning = described.raw_description.workflow_execution_info.versioning_info
-        if described.run_id != other_than and versioning.deployment_version.build_id:
-            assert versioning.deployment_version.build_id == build, versioning
-            return described.run_id
+        run = (await client.get_workflow_handle(workflow_id).describe()).run_id
+        if run != after:
+            builds, _ = await builds_of_run(client, workflow_id, run)
+            if builds:
+                assert builds == {build}, builds
+                return run
         assert time.monotonic() < deadline, f"no new run of {workflow_id} on {build}"
         await asyncio.sleep(POLL_S)
 
 
 async def send(handle: WorkflowHandle[object, SessionState], text: str) -> str:
-    result = await handle.execute_update(
+    result: SendMessageResult = await handle.execute_update(
         "send_message", SendMessageInput(text=text), result_type=SendMessageResult
     )
     return result.answer
@@ -198,7 +203,9 @@ async def test_plans_stay_on_their_build_and_conversations_move_at_continue_as_n
     deployment = f"dplan-wv-{uuid.uuid4().hex[:8]}"
     build_a, build_b = "0.2.0-aaaaaaaaaaaa", "0.2.0-bbbbbbbbbbbb"
     on_a = provider_settings(client, provider, tmp_path, prefix="wv", deployment=deployment)
-    on_a = on_a.with_overrides(build_id=build_a)
+    # No streaming: the conversation's LLM calls take the plans' path (streaming has its
+    # own tests), which keeps its first message from paying for litellm's streaming path.
+    on_a = on_a.with_overrides(build_id=build_a, stream="off")
     on_b = on_a.with_overrides(build_id=build_b)
     assert on_a.worker_deployment() is not None
     store = await open_session_store(on_a.session_store)
@@ -228,7 +235,7 @@ async def test_plans_stay_on_their_build_and_conversations_move_at_continue_as_n
             )
             first_run = session.first_execution_run_id or session.result_run_id or ""
             answers = [await send(session, "Question one")]
-            await until_current_run_on(client, session.id, first_run, build_a)
+            second_run = await until_next_run_on(client, session.id, first_run, build_a)
 
             async with running(client, on_b, store):
                 await make_current(client, deployment, build_b)
@@ -255,10 +262,12 @@ async def test_plans_stay_on_their_build_and_conversations_move_at_continue_as_n
                 expect_only(held_builds, build_a)
 
                 # The conversation's current run is pinned to A and answers there; the
-                # run it continues as starts on B, the current build.
+                # run it continues as starts on B, the current build, and stays there.
                 answers.append(await send(session, "Question two"))
+                third_run = await until_next_run_on(client, session.id, second_run, build_b)
                 answers.append(await send(session, "Question three"))
-                await session.signal("end")
+                await until_next_run_on(client, session.id, third_run, build_b)
+                await session.signal("end")  # to the fourth run, once it has started
                 state = await session.result()
         assert state.messages_handled == 3
         assert all(answers)
