@@ -30,14 +30,17 @@ __all__ = [
     "check_build_id",
     "check_deployment_name",
     "default_build_id",
+    "derive_build_id",
     "describe_deployment",
+    "source_digest",
     "workflow_sources",
 ]
 
 # The server builds internal workflow ids from the deployment name and the build id and
-# caps each at (its id limit, 1000 by default, minus a prefix) / 2 = 480 characters; 255
-# stays well inside that on a server whose limit was lowered, and is plenty for a name.
-MAX_NAME_LENGTH = 255
+# caps each at (its id limit - 39) / 2 characters: 480 with the default limit of 1000,
+# 108 with the 255 a PostgreSQL-backed server needs (deploy/dynamicconfig/dplan.yaml).
+# 100 fits both.
+MAX_NAME_LENGTH = 100
 # The build id's hash part: 12 hex digits (48 bits) tell apart any two builds one
 # deployment will ever hold while keeping ``temporal worker deployment`` output readable.
 HASH_DIGITS = 12
@@ -113,12 +116,12 @@ def check_build_id(value: str, setting: str = "DPLAN_BUILD_ID") -> str:
     return _check_common(setting, value)
 
 
-def _module_file(module: str) -> Path | None:
-    """The source file of ``durable_plans.x.y`` inside this package, if it is one."""
+def _module_file(module: str, root: Path) -> Path | None:
+    """The source file of ``durable_plans.x.y`` inside the package at ``root``, if any."""
     parts = module.split(".")
     if parts[0] != "durable_plans":
         return None
-    base = _PACKAGE_ROOT.joinpath(*parts[1:])
+    base = root.joinpath(*parts[1:])
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():
             return candidate
@@ -161,11 +164,12 @@ def _imported(text: str) -> Iterator[str]:
                     yield words[0]
 
 
-def workflow_sources() -> list[Path]:
+def workflow_sources(root: Path = _PACKAGE_ROOT) -> list[Path]:
     """The files whose text decides how a workflow replays, sorted: every module of
-    ``durable_plans/workflows`` and each ``durable_plans.workflows``/``.domain`` module
-    they import, directly or through one another."""
-    start = sorted((_PACKAGE_ROOT / "workflows").glob("*.py"))
+    ``workflows/`` under the package directory ``root`` and each
+    ``durable_plans.workflows``/``.domain`` module they import, directly or through one
+    another."""
+    start = sorted((root / "workflows").glob("*.py"))
     found: dict[Path, None] = dict.fromkeys(start)
     todo = list(start)
     while todo:
@@ -173,11 +177,11 @@ def workflow_sources() -> list[Path]:
         for name in _imported(path.read_text(encoding="utf-8")):
             if not _within_hashed(name):
                 continue
-            target = _module_file(name)
+            target = _module_file(name, root)
             if target is not None and target not in found:
                 found[target] = None
                 todo.append(target)
-    return sorted(found, key=lambda p: p.relative_to(_PACKAGE_ROOT).as_posix())
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
 def source_digest(paths: Iterable[Path], root: Path = _PACKAGE_ROOT) -> str:
@@ -192,10 +196,15 @@ def source_digest(paths: Iterable[Path], root: Path = _PACKAGE_ROOT) -> str:
     return digest.hexdigest()
 
 
+def derive_build_id(version: str, root: Path = _PACKAGE_ROOT) -> str:
+    """``<version>-<12 hex of the workflow sources' digest>`` for the package at ``root``."""
+    return f"{version}-{source_digest(workflow_sources(root), root)[:HASH_DIGITS]}"
+
+
 @functools.cache
 def default_build_id() -> str:
-    """``<package version>-<12 hex of source_digest(workflow_sources())>``: stable for the
-    same code, another for changed workflow code. Computed once per process."""
+    """This package's build id (``derive_build_id`` of its version and its own files):
+    stable for the same code, another for changed workflow code. Computed once."""
     from durable_plans import __version__
 
-    return f"{__version__}-{source_digest(workflow_sources())[:HASH_DIGITS]}"
+    return derive_build_id(__version__)

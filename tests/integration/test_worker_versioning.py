@@ -47,7 +47,7 @@ from tests.integration.plans import make_plan, start_plan_workflow
 
 pytestmark = pytest.mark.integration
 
-WAIT_S = 60.0  # a bound on waiting for the server to reach a state, never asserted
+WAIT_S = 120.0  # a bound on waiting for the server to reach a state, never asserted
 POLL_S = 0.05
 # The ROUTING_CONFIG_UPDATE_STATE values (temporalio.api.enums.v1.RoutingConfigUpdateState):
 # a new current version has reached every task queue partition once it is COMPLETED.
