@@ -22,12 +22,15 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import EventType, VersioningBehavior
-from temporalio.api.workflowservice.v1 import DescribeWorkerDeploymentRequest
+from temporalio.api.enums.v1 import EventType, TaskQueueType, VersioningBehavior
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from durable_plans import Client as PlansClient
+from durable_plans.domain import search_attributes
 from durable_plans.domain.approval_rules import ApprovalPolicy
 from durable_plans.domain.models import PlanStatus
 from durable_plans.domain.session_contracts import (
@@ -37,6 +40,7 @@ from durable_plans.domain.session_contracts import (
     SessionState,
     session_workflow_id,
 )
+from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
@@ -49,9 +53,30 @@ pytestmark = pytest.mark.integration
 
 WAIT_S = 120.0  # a bound on waiting for the server to reach a state, never asserted
 POLL_S = 0.05
-# The ROUTING_CONFIG_UPDATE_STATE values (temporalio.api.enums.v1.RoutingConfigUpdateState):
-# a new current version has reached every task queue partition once it is COMPLETED.
-ROUTING_IN_PROGRESS = 1
+
+
+@pytest.fixture(scope="module")
+async def versioned_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A dev server of its own whose task queues have one partition: the task queue's
+    own description then says where the next workflow goes (with the default four, a new
+    current build reaches the partitions one by one, and on a loaded machine the
+    deployment's "propagation in progress" was seen to last minutes)."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        plugins=[DurablePlansPlugin()],
+        dev_server_log_level="error",
+        search_attributes=search_attributes.ALL,
+        dev_server_extra_args=[
+            "--dynamic-config-value",
+            "matching.numTaskqueueReadPartitions=1",
+            "--dynamic-config-value",
+            "matching.numTaskqueueWritePartitions=1",
+        ],
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
 
 
 @asynccontextmanager
@@ -83,10 +108,10 @@ async def cli(client: Client, *args: str) -> tuple[int, str]:
     return proc.returncode, out.decode(errors="replace")
 
 
-async def make_current(client: Client, deployment: str, build: str) -> None:
+async def make_current(client: Client, deployment: str, build: str, task_queue: str) -> None:
     """``temporal worker deployment set-current-version``, once the server knows the
-    build (its worker registers it with its first poll), then until the new routing has
-    reached the task queue's partitions: from then on a new workflow starts on ``build``."""
+    build (its worker registers it with its first poll), then until the task queue says
+    so itself: from then on a new workflow starts on ``build``."""
     deadline = time.monotonic() + WAIT_S
     while True:
         code, out = await cli(
@@ -104,20 +129,16 @@ async def make_current(client: Client, deployment: str, build: str) -> None:
             break
         assert time.monotonic() < deadline, f"set-current-version {build} kept failing: {out}"
         await asyncio.sleep(POLL_S)
-    request = DescribeWorkerDeploymentRequest(
-        namespace=client.namespace, deployment_name=deployment
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
     )
     while True:
-        info = (
-            await client.workflow_service.describe_worker_deployment(request)
-        ).worker_deployment_info
-        routing = info.routing_config
-        if (
-            routing.current_deployment_version.build_id == build
-            and info.routing_config_update_state != ROUTING_IN_PROGRESS
-        ):
+        described = await client.workflow_service.describe_task_queue(request)
+        if described.versioning_info.current_deployment_version.build_id == build:
             return
-        assert time.monotonic() < deadline, f"{build} never became current: {info}"
+        assert time.monotonic() < deadline, f"{task_queue} never took {build}: {described}"
         await asyncio.sleep(POLL_S)
 
 
@@ -198,8 +219,9 @@ def expect_only(builds: dict[str, set[str]], build: str) -> None:
 
 
 async def test_plans_stay_on_their_build_and_conversations_move_at_continue_as_new(
-    client: Client, provider: FakeProvider, tmp_path: Path
+    versioned_env: WorkflowEnvironment, provider: FakeProvider, tmp_path: Path
 ) -> None:
+    client = versioned_env.client
     deployment = f"dplan-wv-{uuid.uuid4().hex[:8]}"
     build_a, build_b = "0.2.0-aaaaaaaaaaaa", "0.2.0-bbbbbbbbbbbb"
     on_a = provider_settings(client, provider, tmp_path, prefix="wv", deployment=deployment)
@@ -212,7 +234,7 @@ async def test_plans_stay_on_their_build_and_conversations_move_at_continue_as_n
     plans = PlansClient(client, on_a)
     try:
         async with running(client, on_a, store):
-            await make_current(client, deployment, build_a)
+            await make_current(client, deployment, build_a, on_a.task_queue)
 
             # A plan that stays running: its subtask's first tool call waits for a person.
             held = make_plan([("look", "Look at the workspace", [])], prefix="wv-held")
@@ -238,7 +260,7 @@ async def test_plans_stay_on_their_build_and_conversations_move_at_continue_as_n
             second_run = await until_next_run_on(client, session.id, first_run, build_a)
 
             async with running(client, on_b, store):
-                await make_current(client, deployment, build_b)
+                await make_current(client, deployment, build_b, on_a.task_queue)
 
                 # New work goes to B.
                 fresh = make_plan([("look", "Look at the workspace", [])], prefix="wv-new")
