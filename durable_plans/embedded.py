@@ -380,6 +380,15 @@ async def run_in_process_worker(
     The grace period is short: an interactive user who pressed Ctrl-C should not wait
     long, and nothing is lost by cutting an activity off (Temporal retries it later).
     """
+    if settings.deployment is not None:
+        # Nobody makes an in-process worker's build current (docs/operating.md), so a
+        # versioned one would leave every plan waiting: this one runs unversioned.
+        get_logger(component="embedded").warning(
+            "embedded.unversioned",
+            deployment=settings.deployment,
+            note="the in-process worker ignores DPLAN_DEPLOYMENT and runs unversioned",
+        )
+        settings = settings.with_overrides(deployment=None, build_id=None)
     worker = build_worker(
         client,
         settings,

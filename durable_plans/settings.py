@@ -34,6 +34,13 @@ from durable_plans.domain.streaming import STREAM_MODES, StreamMode, streams_in
 from durable_plans.domain.workspace_refs import DEFAULT_BRANCH_PREFIX
 from durable_plans.event_loop import EVENT_LOOPS, EventLoopChoice
 from durable_plans.payload_codec import PayloadKeyError, PayloadKeyring, keyring_from_env
+from durable_plans.worker_versioning import (
+    DeploymentError,
+    WorkerDeployment,
+    check_build_id,
+    check_deployment_name,
+    default_build_id,
+)
 from durable_plans.workflows.policies import DEFAULT_PARAMETERS, ActivityParameters
 
 SCRIPTED_MODEL = "scripted/demo"
@@ -260,6 +267,28 @@ def _rate_limits(env: Mapping[str, str]) -> tuple[tuple[str, RateLimit], ...]:
         raise SettingsError(str(err)) from None
 
 
+def _deployment(env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """``DPLAN_DEPLOYMENT`` and ``DPLAN_BUILD_ID``, checked as the server would check
+    them (``worker_versioning.py``). Set but empty is an error, not "unset": a blank deployment
+    would quietly make a worker meant for a rollout an unversioned one. A build id alone
+    is an error too: without a deployment it would be ignored."""
+    name = env.get("DPLAN_DEPLOYMENT")
+    build = env.get("DPLAN_BUILD_ID")
+    try:
+        if name is not None:
+            check_deployment_name(name)
+        if build is not None:
+            check_build_id(build)
+    except DeploymentError as err:
+        raise SettingsError(str(err)) from None
+    if build is not None and name is None:
+        raise SettingsError(
+            "DPLAN_BUILD_ID is set without DPLAN_DEPLOYMENT: a build id names a build of a "
+            "worker deployment; set DPLAN_DEPLOYMENT too, or unset DPLAN_BUILD_ID"
+        )
+    return name, build
+
+
 _YES = frozenset({"1", "true", "yes", "on"})
 _NO = frozenset({"0", "false", "no", "off"})
 
@@ -379,6 +408,13 @@ class Settings:
     alone (``activities/sandbox.py``)."""
     bwrap_path: str | None = None
     """The bwrap binary (``DPLAN_BWRAP``); None: ``bwrap`` on the worker's PATH."""
+    deployment: str | None = None
+    """The worker deployment this worker belongs to (``DPLAN_DEPLOYMENT``); None: an
+    unversioned worker, as before Worker Versioning (``worker_versioning.py``,
+    docs/operating.md)."""
+    build_id: str | None = None
+    """This worker's build in the deployment (``DPLAN_BUILD_ID``); None: derived from the
+    package version and the workflow code (``worker_versioning.default_build_id``)."""
 
     @property
     def model_is_scripted(self) -> bool:
@@ -405,6 +441,12 @@ class Settings:
             llm_local=self.llm_local and not streams_in(self.stream, SUBTASK_WORKFLOW),
         )
 
+    def worker_deployment(self) -> WorkerDeployment | None:
+        """The deployment and build this worker polls as; None when unversioned."""
+        if self.deployment is None:
+            return None
+        return WorkerDeployment(self.deployment, self.build_id or default_build_id())
+
     def with_overrides(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
 
@@ -414,6 +456,7 @@ class Settings:
         defaults = cls()
         state_dir = (_path(e, "DPLAN_STATE_DIR") or default_state_dir(e)).expanduser()
         temporal = _temporal(e)
+        deployment, build_id = _deployment(e)
         return cls(
             temporal_address=temporal.address,
             temporal_namespace=temporal.namespace,
@@ -473,4 +516,6 @@ class Settings:
             ui_token=_opt(e, "DPLAN_UI_TOKEN"),
             sandbox=_choice(e, "DPLAN_SANDBOX", SANDBOX_MODES),
             bwrap_path=_opt(e, "DPLAN_BWRAP"),
+            deployment=deployment,
+            build_id=build_id,
         )

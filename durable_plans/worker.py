@@ -24,7 +24,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from durable_plans import event_loop, telemetry
 from durable_plans._errors import TemporalUnreachable
@@ -38,9 +39,10 @@ from durable_plans.plugin import DurablePlansPlugin, client_carrying
 from durable_plans.session_store import InvalidStoreTarget, SessionStore, SessionStoreUnavailable
 from durable_plans.session_store.factory import describe_store_target, open_session_store
 from durable_plans.settings import Settings, SettingsError
+from durable_plans.worker_versioning import describe_deployment
 from durable_plans.workspace_gc import gc_interval, run_periodically
 
-__all__ = ["build_worker", "main", "run_worker", "safe_url"]
+__all__ = ["build_worker", "deployment_config", "main", "run_worker", "safe_url"]
 
 # Activities are async I/O (HTTP to the model, the session store), so many fit on one
 # event loop; the cap bounds concurrent provider requests and store connections per host.
@@ -82,6 +84,26 @@ def build_worker(
         task_queue=settings.task_queue,
         max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
         graceful_shutdown_timeout=grace_period,
+        deployment_config=deployment_config(settings),
+    )
+
+
+def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
+    """Worker Versioning for a worker of ``DPLAN_DEPLOYMENT`` (``worker_versioning.py``); None,
+    an unversioned worker, without it.
+
+    Pinned is the default behaviour: a plan and its subtasks (children on the same task
+    queue inherit their parent's build) finish on the build they started on, so a change
+    to workflow code needs no patch for them. The workflows also say so themselves
+    (``versioning_behavior`` on their ``workflow.defn``), and a conversation, which lives
+    for days, asks to move to the current build each time it continues as new."""
+    deployment = settings.worker_deployment()
+    if deployment is None:
+        return None
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(deployment.name, deployment.build_id),
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.PINNED,
     )
 
 
@@ -174,9 +196,12 @@ async def run_worker(
         gc.collect()
         gc.freeze()
         with _stop_on_signals(stop):
+            deployment = settings.worker_deployment()
             log.info(
                 "worker.started",
                 task_queue=settings.task_queue,
+                deployment=deployment.name if deployment else None,
+                build_id=deployment.build_id if deployment else None,
                 **describe_connection(
                     settings.temporal_address,
                     settings.temporal_namespace,
@@ -250,7 +275,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="print which sandbox commands would run in (and why, if none), then exit: "
+        help="print which sandbox commands would run in (and why, if none) and which worker "
+        "deployment and build the worker would poll as, then exit: "
         "0, or 1 when DPLAN_SANDBOX=bwrap and bubblewrap does not work",
     )
     parser.add_argument(
@@ -264,9 +290,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _check(settings: Settings) -> int:
-    """``--check``: the sandbox in force, one line; 1 if DPLAN_SANDBOX=bwrap lacks it."""
+    """``--check``: the sandbox in force, one line, then the worker deployment and build
+    (``DPLAN_DEPLOYMENT``, ``DPLAN_BUILD_ID``), one line: before a rollout the operator
+    sees the build id to make current; 1 if DPLAN_SANDBOX=bwrap lacks the sandbox."""
     status = sandbox_status(settings)
     print(status.describe())
+    print(describe_deployment(settings.worker_deployment()))
     return 1 if settings.sandbox == "bwrap" and status.engine != "bwrap" else 0
 
 

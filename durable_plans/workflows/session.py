@@ -205,7 +205,10 @@ class SessionWorkflow(ApprovalHandlers):
                 stream_offset=self._stream_offset(),
                 workspace=self._workspace,
                 turns=tuple(self._turns),
-            )
+            ),
+            # A conversation lives for days: each run is pinned to its build, and the next
+            # one starts on the deployment's current build (worker_versioning.py).
+            initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
         )
 
     def _stream_offset(self) -> int:
