@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from durable_plans._errors import TemporalConfigError
+
 if TYPE_CHECKING:  # temporalio is slow to import; settings are read without it
     from temporalio.envconfig import ClientConfigTLS
     from temporalio.service import TLSConfig
@@ -47,10 +49,6 @@ DEFAULT_NAMESPACE = "default"
 _ENV_PREFIX = "TEMPORAL_"
 _HOST_VERIFICATION_ENV = "TEMPORAL_TLS_DISABLE_HOST_VERIFICATION"
 _TRUE = frozenset({"1", "true", "yes", "on"})
-
-
-class TemporalConfigError(ValueError):
-    """The Temporal connection configuration is unusable; the message names what and where."""
 
 
 @dataclass(frozen=True, repr=False)
