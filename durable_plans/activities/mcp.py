@@ -285,7 +285,7 @@ class McpActivities:
                     listed = await self.pool.use(name, "list_tools")
                 except McpConfigError as err:
                     raise ApplicationError(
-                        str(err), type=FailureType.MCP_CONFIG, non_retryable=True
+                        str(err), type=FailureType.MCP_CONFIG.value, non_retryable=True
                     ) from None
                 tools = tuple(_tool_spec(t) for t in listed.tools[:MAX_MCP_TOOLS_PER_SERVER])
                 out.append(

@@ -57,7 +57,7 @@ _plans: OrderedDict[str, Plan] = OrderedDict()
 def unavailable(ref: PlanDataRef, why: str) -> ApplicationError:
     return ApplicationError(
         f"plan data {ref.label} ({ref.size} bytes) {why}",
-        type=FailureType.PLAN_DATA_UNAVAILABLE,
+        type=FailureType.PLAN_DATA_UNAVAILABLE.value,
         non_retryable=True,
     )
 

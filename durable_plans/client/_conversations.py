@@ -233,7 +233,9 @@ class Conversation:
                 raise SessionCommandError(*describe_failure(cause)) from err
             raise SessionCommandError(type(cause).__name__, str(cause)) from err
         except WorkflowUpdateRPCTimeoutOrCancelledError as err:
-            raise SessionCommandError(FailureType.TIMEOUT, f"no answer to '{name}': {err}") from err
+            raise SessionCommandError(
+                FailureType.TIMEOUT.value, f"no answer to '{name}': {err}"
+            ) from err
         except RPCError as err:
             raise _rpc_error(err, self._handle) from err
         return result
@@ -249,7 +251,7 @@ class Conversation:
         except RPCError as err:
             if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
                 raise SessionCommandError(
-                    FailureType.TIMEOUT,
+                    FailureType.TIMEOUT.value,
                     f"the conversation did not answer within {_QUERY_TIMEOUT.seconds}s; "
                     "is a worker running (dplan-worker)?",
                 ) from err

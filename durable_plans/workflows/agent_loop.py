@@ -567,7 +567,7 @@ class AgentLoop:
                     maximum_attempts=server.max_attempts,
                     initial_interval=timedelta(seconds=1),
                     maximum_interval=timedelta(seconds=10),
-                    non_retryable_error_types=[FailureType.MCP_CONFIG],
+                    non_retryable_error_types=[FailureType.MCP_CONFIG.value],
                 ),
             )
         except ActivityError as err:

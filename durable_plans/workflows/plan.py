@@ -506,7 +506,7 @@ class PlanWorkflow(PauseHandlers):
             why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
             raise ApplicationError(
                 f"plan {plan_id!r} cannot run: {why}",
-                type=FailureType.PLAN_DATA_UNAVAILABLE,
+                type=FailureType.PLAN_DATA_UNAVAILABLE.value,
                 non_retryable=True,
             ) from None
         return out
@@ -689,7 +689,7 @@ class PlanWorkflow(PauseHandlers):
                 start_to_close_timeout=timedelta(minutes=2),
                 heartbeat_timeout=policies.SHORT_HEARTBEAT,
                 retry_policy=RetryPolicy(
-                    maximum_attempts=3, non_retryable_error_types=[FailureType.MCP_CONFIG]
+                    maximum_attempts=3, non_retryable_error_types=[FailureType.MCP_CONFIG.value]
                 ),
             )
         except ActivityError as err:
@@ -700,7 +700,7 @@ class PlanWorkflow(PauseHandlers):
             raise ApplicationError(
                 f"plan {plan.id!r} cannot start: listing the tools of MCP servers "
                 f"{', '.join(servers)} failed: {why}",
-                type=FailureType.MCP_TOOLS_UNAVAILABLE,
+                type=FailureType.MCP_TOOLS_UNAVAILABLE.value,
                 non_retryable=True,
             ) from None
         return listed.servers

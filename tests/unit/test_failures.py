@@ -64,6 +64,10 @@ PERSISTED = {
     "WebhookMisconfigured",
     "WebhookUnavailable",
     "ApplicationError",
+    # Persisted before they joined the registry (as literals): the same names.
+    "PlanDataUnavailable",
+    "McpConfig",
+    "McpToolsUnavailable",
 }
 
 
