@@ -82,6 +82,6 @@ def test_no_failure_type_is_spelled_as_a_literal_outside_the_registry() -> None:
 
 
 def test_the_three_types_once_beside_the_registry_are_in_it() -> None:
-    assert FailureType.PLAN_DATA_UNAVAILABLE == "PlanDataUnavailable"
-    assert FailureType.MCP_TOOLS_UNAVAILABLE == "McpToolsUnavailable"
-    assert FailureType.MCP_CONFIG == "McpConfig"
+    assert FailureType("PlanDataUnavailable") is FailureType.PLAN_DATA_UNAVAILABLE
+    assert FailureType("McpToolsUnavailable") is FailureType.MCP_TOOLS_UNAVAILABLE
+    assert FailureType("McpConfig") is FailureType.MCP_CONFIG

@@ -10,7 +10,13 @@ import inspect
 import pytest
 
 from durable_plans.cli.main import build_parser
-from durable_plans.client import OPERATOR_ACTIONS, Client, InvalidArgument, operator_action
+from durable_plans.client import (
+    OPERATOR_ACTIONS,
+    Client,
+    InvalidArgument,
+    OperatorAction,
+    operator_action,
+)
 from durable_plans.ui.server import CONTROLS, _do
 
 NAMES = [action.name for action in OPERATOR_ACTIONS]
@@ -35,17 +41,17 @@ def test_the_table_names_each_action_once() -> None:
 
 
 @pytest.mark.parametrize("action", OPERATOR_ACTIONS, ids=NAMES)
-def test_each_action_is_run_by_the_client_method_it_names(action: object) -> None:
+def test_each_action_is_run_by_the_client_method_it_names(action: OperatorAction) -> None:
     """The method exists, takes the plan id then exactly ``takes``, and the optional ones
     have defaults while the others do not."""
-    assert action is operator_action(action.name)  # type: ignore[attr-defined]
-    method = getattr(Client, action.method)  # type: ignore[attr-defined]
+    assert action is operator_action(action.name)
+    method = getattr(Client, action.method)
     params = list(inspect.signature(method).parameters.values())[1:]  # past self
     assert params[0].name == "plan_id"
-    assert tuple(p.name for p in params[1:]) == action.takes  # type: ignore[attr-defined]
+    assert tuple(p.name for p in params[1:]) == action.takes
     for p in params[1:]:
         has_default = p.default is not inspect.Parameter.empty
-        assert has_default == (p.name in action.optional), p.name  # type: ignore[attr-defined]
+        assert has_default == (p.name in action.optional), p.name
 
 
 def test_the_cli_has_a_subcommand_for_every_action_with_the_tables_help() -> None:
