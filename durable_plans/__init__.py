@@ -17,9 +17,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from durable_plans._version import __version__ as __version__
 
 if TYPE_CHECKING:
+    from durable_plans._errors import SettingsError
     from durable_plans.client import (
         ApprovalWaiting,
         Client,
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
     from durable_plans.plugin import DurablePlansPlugin
     from durable_plans.session_store import SessionStore
     from durable_plans.session_store.factory import open_session_store
-    from durable_plans.settings import Settings, SettingsError
+    from durable_plans.settings import Settings
     from durable_plans.worker import build_worker, run_worker
 
 __all__ = [
@@ -134,7 +135,8 @@ _HOMES: dict[str, str] = {
         "durable_plans.plugin": ("DurablePlansPlugin",),
         "durable_plans.session_store": ("SessionStore",),
         "durable_plans.session_store.factory": ("open_session_store",),
-        "durable_plans.settings": ("Settings", "SettingsError"),
+        "durable_plans._errors": ("SettingsError",),
+        "durable_plans.settings": ("Settings",),
         "durable_plans.worker": ("build_worker", "run_worker"),
     }.items()
     for name in names

@@ -32,7 +32,8 @@ from aiohttp import hdrs, web
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
-from durable_plans.payload_codec import EncryptionCodec, PayloadKeyError
+from durable_plans._errors import PayloadKeyError
+from durable_plans.payload_codec import EncryptionCodec
 
 __all__ = [
     "DEFAULT_HOST",

@@ -27,6 +27,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from durable_plans._errors import TemporalConfigError
+
 if TYPE_CHECKING:  # temporalio is slow to import; settings are read without it
     from temporalio.envconfig import ClientConfigTLS
     from temporalio.service import TLSConfig
@@ -57,10 +59,6 @@ issues, passed through the sandbox), and callers must not depend on the workflow
 _ENV_PREFIX = "TEMPORAL_"
 _HOST_VERIFICATION_ENV = "TEMPORAL_TLS_DISABLE_HOST_VERIFICATION"
 _TRUE = frozenset({"1", "true", "yes", "on"})
-
-
-class TemporalConfigError(ValueError):
-    """The Temporal connection configuration is unusable; the message names what and where."""
 
 
 @dataclass(frozen=True, repr=False)

@@ -32,13 +32,13 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from durable_plans._errors import DurablePlansError
+from durable_plans._errors import EmbeddedServerError, WorkerDied
 from durable_plans.activities.log import get_logger
-from durable_plans.client._plans import ui_base_for
 from durable_plans.connection import TemporalAccess
 from durable_plans.domain.search_attributes import dev_server_args
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
+from durable_plans.temporal_client import ui_base_for
 from durable_plans.worker import build_worker
 from durable_plans.workspace_gc import run_periodically
 
@@ -62,14 +62,6 @@ _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 _START_ATTEMPTS = 3  # a free port can be taken between choosing it and binding it
 _STOP_TIMEOUT_S = 10.0
 _LOG_TAIL_LINES = 15
-
-
-class EmbeddedServerError(DurablePlansError, RuntimeError):
-    """The dev server could not be started; the message says why and where its log is."""
-
-
-class WorkerDied(DurablePlansError, RuntimeError):
-    """The in-process worker stopped while the caller still needed it."""
 
 
 def temporal_binary() -> Path:

@@ -19,15 +19,13 @@ import importlib.util
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
+from durable_plans._errors import EventLoopUnavailable
+
 __all__ = ["EVENT_LOOPS", "EventLoopChoice", "EventLoopUnavailable", "loop_factory", "run"]
 
 T = TypeVar("T")
 EventLoopChoice = Literal["auto", "uvloop", "asyncio"]
 EVENT_LOOPS: tuple[EventLoopChoice, ...] = ("auto", "uvloop", "asyncio")
-
-
-class EventLoopUnavailable(RuntimeError):
-    """``DPLAN_EVENT_LOOP=uvloop`` on a machine without uvloop."""
 
 
 def loop_factory(choice: EventLoopChoice) -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -46,6 +46,8 @@ from google.protobuf.message import Message as ProtoMessage
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
+from durable_plans._errors import PayloadKeyError
+
 __all__ = [
     "ENCODING",
     "KEY_ID_METADATA",
@@ -74,13 +76,6 @@ _FORMAT_HINT = (
     "a key is 32 bytes written as 64 hex digits or as base64 "
     "(e.g. the output of `openssl rand -base64 32`)"
 )
-
-
-class PayloadKeyError(ValueError):
-    """A key that cannot be used, or a payload that no configured key decrypts.
-
-    Messages name the variable, file line or key id concerned, never a key's value.
-    """
 
 
 def generate_key() -> str:

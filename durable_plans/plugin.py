@@ -96,6 +96,9 @@ T = TypeVar("T")
 # bypass the sandbox because it shares a name with ours.
 PASSTHROUGH_MODULES: tuple[str, ...] = (
     "durable_plans.domain",
+    # The error classes (pure): one copy, so a workflow's ``except PlanValidationError``
+    # catches what a passed-through domain module raised.
+    "durable_plans._errors",
     "pydantic",
     "pydantic_core",
     "annotated_types",
@@ -281,7 +284,7 @@ class DurablePlansPlugin(SimplePlugin):
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         """Check the namespace's search attributes before the worker polls (one warning
         line, naming ``dplan setup``, when some are missing), then run it."""
-        from durable_plans.client._visibility import check_search_attributes
+        from durable_plans.namespace_setup import check_search_attributes
 
         self._search_attributes.registered = await check_search_attributes(worker.client)
         await super().run_worker(worker, next)

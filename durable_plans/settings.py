@@ -18,22 +18,28 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from durable_plans._errors import (
+    DurationError,
+    PayloadKeyError,
+    RateLimitConfigError,
+    SettingsError,
+    TemporalConfigError,
+)
 from durable_plans.connection import (
     DEFAULT_ADDRESS,
     DEFAULT_NAMESPACE,
     TemporalAccess,
-    TemporalConfigError,
     TemporalTarget,
     resolve_temporal,
 )
 from durable_plans.domain.contracts import SUBTASK_WORKFLOW
-from durable_plans.domain.durations import DurationError, parse_duration
+from durable_plans.domain.durations import parse_duration
 from durable_plans.domain.models import Budget
-from durable_plans.domain.rate_pacing import RateLimit, RateLimitConfigError, parse_rate_limits
+from durable_plans.domain.rate_pacing import RateLimit, parse_rate_limits
 from durable_plans.domain.streaming import STREAM_MODES, StreamMode, streams_in
 from durable_plans.domain.workspace_refs import DEFAULT_BRANCH_PREFIX
 from durable_plans.event_loop import EVENT_LOOPS, EventLoopChoice
-from durable_plans.payload_codec import PayloadKeyError, PayloadKeyring, keyring_from_env
+from durable_plans.payload_codec import PayloadKeyring, keyring_from_env
 from durable_plans.worker_versioning import (
     DeploymentError,
     WorkerDeployment,
@@ -62,10 +68,6 @@ MIN_LLM_HEARTBEAT_S = 2.0
 _DEFAULT_LLM_TIMEOUT_S = (
     DEFAULT_PARAMETERS.llm_start_to_close.total_seconds() - LLM_ACTIVITY_MARGIN_S
 )
-
-
-class SettingsError(ValueError):
-    """A malformed environment variable, named with what was wrong."""
 
 
 def default_state_dir(env: Mapping[str, str] | None = None) -> Path:

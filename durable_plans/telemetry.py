@@ -39,6 +39,7 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
+from durable_plans._errors import TelemetryError
 from durable_plans.core_log import core_logging
 
 if TYPE_CHECKING:
@@ -92,10 +93,6 @@ def metrics_runtime(bind_address: str) -> Runtime:
             ),
         )
     )
-
-
-class TelemetryError(RuntimeError):
-    """Metrics or tracing cannot be set up as configured (named in the message)."""
 
 
 @dataclass

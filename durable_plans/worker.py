@@ -28,17 +28,17 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from durable_plans import event_loop, telemetry
-from durable_plans._errors import TemporalUnreachable
+from durable_plans._errors import SandboxUnavailable, SettingsError, TemporalUnreachable
 from durable_plans.activities.log import configure_logging, get_logger
-from durable_plans.activities.sandbox import SandboxUnavailable, checked_sandbox, sandbox_status
-from durable_plans.client._plans import connect
+from durable_plans.activities.sandbox import checked_sandbox, sandbox_status
 from durable_plans.connection import describe_connection
 from durable_plans.core_log import route_core_log
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.plugin import DurablePlansPlugin, client_carrying
 from durable_plans.session_store import InvalidStoreTarget, SessionStore, SessionStoreUnavailable
 from durable_plans.session_store.factory import describe_store_target, open_session_store
-from durable_plans.settings import Settings, SettingsError
+from durable_plans.settings import Settings
+from durable_plans.temporal_client import connect
 from durable_plans.worker_versioning import describe_deployment
 from durable_plans.workspace_gc import gc_interval, run_periodically
 

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from durable_plans._errors import DeploymentError
+
 __all__ = [
     "MAX_NAME_LENGTH",
     "DeploymentError",
@@ -50,10 +52,6 @@ _PACKAGE_ROOT = Path(__file__).resolve().parent
 # within these (an activity or the client does not decide replay).
 _HASHED_PACKAGES = ("durable_plans.workflows", "durable_plans.domain")
 _BLANK_OR_CONTROL = re.compile(r"[\s\x00-\x1f\x7f]")
-
-
-class DeploymentError(ValueError):
-    """A deployment name or build id the server would refuse, with what was wrong."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +203,6 @@ def derive_build_id(version: str, root: Path = _PACKAGE_ROOT) -> str:
 def default_build_id() -> str:
     """This package's build id (``derive_build_id`` of its version and its own files):
     stable for the same code, another for changed workflow code. Computed once."""
-    from durable_plans import __version__
+    from durable_plans._version import __version__
 
     return derive_build_id(__version__)

@@ -25,10 +25,11 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from durable_plans._errors import SandboxUnavailable
 from durable_plans.activities.git_workspace import GitWorkspace
 from durable_plans.activities.git_workspace_activities import in_thread
 from durable_plans.activities.heartbeat import heartbeating
-from durable_plans.activities.sandbox import CommandOutcome, SandboxUnavailable, run_sandboxed
+from durable_plans.activities.sandbox import CommandOutcome, run_sandboxed
 from durable_plans.domain.checks import (
     ACT_APPEND_CHECK_FEEDBACK,
     ACT_RUN_CHECK,

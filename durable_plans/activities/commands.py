@@ -30,16 +30,12 @@ from pathlib import Path
 from pydantic import Field
 from temporalio import activity
 
+from durable_plans._errors import SandboxUnavailable
 from durable_plans.activities.file_jail import MAX_PATH_CHARS, FileJail, ToolRefused
 from durable_plans.activities.git_workspace import GitWorkspace, tool_commit_message
 from durable_plans.activities.git_workspace_activities import in_thread, leased_tree
 from durable_plans.activities.heartbeat import heartbeating
-from durable_plans.activities.sandbox import (
-    SandboxUnavailable,
-    minimal_environment,
-    run_sandboxed,
-    safe_path,
-)
+from durable_plans.activities.sandbox import minimal_environment, run_sandboxed, safe_path
 from durable_plans.activities.tool_calls import pending_call, store_answer
 from durable_plans.activities.tool_registry import ToolArgs, ToolRegistry, ToolResult, ToolSpec
 from durable_plans.domain.contracts import ToolCallOutput

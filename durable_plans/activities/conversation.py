@@ -15,13 +15,14 @@ import json
 
 from temporalio import activity
 
+from durable_plans._errors import PlanValidationError
 from durable_plans.activities.heartbeat import heartbeating
 from durable_plans.activities.orchestration_tools import ORCHESTRATION_REGISTRY, SwitchAgentArgs
 from durable_plans.activities.tool_registry import ToolResult
 from durable_plans.domain.history import switch_agent_cleanup
 from durable_plans.domain.ids import switch_snapshot_id, tool_message_id
 from durable_plans.domain.models import Message, Plan, SessionMeta, ToolCall
-from durable_plans.domain.plan_loader import PlanValidationError, plan_from_data
+from durable_plans.domain.plan_loader import plan_from_data
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.domain.session_contracts import (
     ACT_ANSWER_TOOL,

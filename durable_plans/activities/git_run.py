@@ -29,8 +29,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from durable_plans._errors import (
+    WorkspaceBusy,
+    WorkspaceConflict,
+    WorkspaceError,
+    WorkspaceUnavailable,
+)
 from durable_plans.domain.secrets import scrub_secrets
-from durable_plans.domain.workspace_refs import WorkspaceConflictDetails
 
 __all__ = [
     "MIN_GIT_VERSION",
@@ -116,29 +121,6 @@ _PERMANENT = re.compile(
     r"|returned error: 40[134]|no such file or directory|invalid (?:url|port)"
     r"|unsupported protocol|protocol '.*' is not supported|couldn't find remote ref"
 )
-
-
-class WorkspaceError(Exception):
-    """A workspace operation that did not happen; ``str(exc)`` is one line for a person."""
-
-
-class WorkspaceUnavailable(WorkspaceError):
-    """The repository or remote cannot be used as configured, or a stale writer was
-    refused: another attempt would fail the same way."""
-
-
-class WorkspaceBusy(WorkspaceError):
-    """A remote did not answer this time (connection refused, timed out, reset): worth
-    another attempt."""
-
-
-class WorkspaceConflict(WorkspaceError):
-    """Dependencies changed the same lines; ``details`` names the files, the subtasks and
-    where a resolution can be pushed."""
-
-    def __init__(self, message: str, details: WorkspaceConflictDetails) -> None:
-        super().__init__(message)
-        self.details = details
 
 
 class GitFailed(Exception):

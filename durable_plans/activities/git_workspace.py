@@ -43,15 +43,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from durable_plans._errors import WorkspaceBusy, WorkspaceConflict, WorkspaceUnavailable
 from durable_plans.activities.commit_files import CONVERTING, CommitFiles, NeedsTree
 from durable_plans.activities.git_run import (
     MIN_GIT_VERSION,
     GitFailed,
     GitRunner,
     ObjectReader,
-    WorkspaceBusy,
-    WorkspaceConflict,
-    WorkspaceUnavailable,
     classify_remote_failure,
     error_line,
     git_version,

@@ -23,11 +23,7 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from durable_plans.activities.git_run import (
-    WorkspaceBusy,
-    WorkspaceConflict,
-    WorkspaceError,
-)
+from durable_plans._errors import WorkspaceBusy, WorkspaceConflict, WorkspaceError
 from durable_plans.activities.git_workspace import GitWorkspace, TreeLease
 from durable_plans.activities.heartbeat import heartbeating
 from durable_plans.domain.contracts import (

@@ -34,11 +34,13 @@ from typing import Any, TextIO
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from durable_plans._errors import McpConfigError, SandboxUnavailable
 from durable_plans.activities.heartbeat import heartbeating
-from durable_plans.activities.sandbox import SandboxUnavailable, wrap_for_sandbox
+from durable_plans.activities.sandbox import wrap_for_sandbox
 from durable_plans.activities.tool_calls import pending_call, store_answer
 from durable_plans.activities.tool_registry import ToolResult
 from durable_plans.domain.contracts import ToolCallOutput
+from durable_plans.domain.failures import FailureType
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.domain.tool_contracts import (
     ACT_CALL_MCP_TOOL,
@@ -60,10 +62,6 @@ MAX_DESCRIPTION_CHARS = 1024
 MAX_SCHEMA_CHARS = 16_000
 # JSON-RPC codes that mean the connection itself is unusable (closed, stuck).
 _CONNECTION_CODES = frozenset({-32000, -32001})
-
-
-class McpConfigError(Exception):
-    """A server the worker cannot start as configured (not retried: config must change)."""
 
 
 def find_command(command: str) -> str:
@@ -286,7 +284,9 @@ class McpActivities:
                     server = self.pool.config(name)
                     listed = await self.pool.use(name, "list_tools")
                 except McpConfigError as err:
-                    raise ApplicationError(str(err), type="McpConfig", non_retryable=True) from None
+                    raise ApplicationError(
+                        str(err), type=FailureType.MCP_CONFIG.value, non_retryable=True
+                    ) from None
                 tools = tuple(_tool_spec(t) for t in listed.tools[:MAX_MCP_TOOLS_PER_SERVER])
                 out.append(
                     McpServerTools(

@@ -22,6 +22,7 @@ from typing import Final
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from durable_plans._errors import InvalidInput, PlanDataError
 from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
 from durable_plans.domain.contracts import (
     ACT_PLAN_DATA_CHECK,
@@ -32,13 +33,12 @@ from durable_plans.domain.contracts import (
     PlanDataUnpackInput,
     PlanInput,
 )
-from durable_plans.domain.failures import invalid_plan_error
-from durable_plans.domain.inputs import InvalidInput, plan_input_from_value
+from durable_plans.domain.failures import FailureType, invalid_plan_error
+from durable_plans.domain.inputs import plan_input_from_value
 from durable_plans.domain.models import Message, Plan, PlanReport, SessionMeta
 from durable_plans.domain.plan_data import (
     MAX_LEAN_BYTES,
     PACKED_FIELD,
-    PlanDataError,
     PlanDataRef,
     content_hash,
     lean_plan,
@@ -50,7 +50,6 @@ from durable_plans.domain.plan_loader import MAX_PLAN_BYTES, validate_plan
 from durable_plans.session_store import SessionNotFound, SessionStore
 
 CHUNK_CHARS: Final = 512 * 1024
-PLAN_DATA_UNAVAILABLE: Final = "PlanDataUnavailable"
 _CACHED_PLANS: Final = 8
 _plans: OrderedDict[str, Plan] = OrderedDict()
 
@@ -58,7 +57,7 @@ _plans: OrderedDict[str, Plan] = OrderedDict()
 def unavailable(ref: PlanDataRef, why: str) -> ApplicationError:
     return ApplicationError(
         f"plan data {ref.label} ({ref.size} bytes) {why}",
-        type=PLAN_DATA_UNAVAILABLE,
+        type=FailureType.PLAN_DATA_UNAVAILABLE.value,
         non_retryable=True,
     )
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from durable_plans._errors import SandboxUnavailable
 from durable_plans.domain.tools_config import SandboxPolicy
 from durable_plans.settings import Settings
 
@@ -96,11 +97,6 @@ _ETC_FILES = (
 )
 _ETC_NETWORK = ("resolv.conf", "hosts", "host.conf", "gai.conf")
 _SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
-
-
-class SandboxUnavailable(Exception):
-    """A command refused because no sandbox works here (``DPLAN_SANDBOX=auto``/``bwrap``);
-    the text is the one sentence the model and the report show."""
 
 
 @dataclass(frozen=True)

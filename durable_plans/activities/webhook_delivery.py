@@ -33,12 +33,13 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from durable_plans._errors import WebhookSecretError
 from durable_plans.activities.log import activity_logger
 from durable_plans.domain.contracts import ACT_DELIVER_WEBHOOK, WebhookAttempt, WebhookInput
 from durable_plans.domain.failures import FailureType
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.domain.text_formats import one_line
-from durable_plans.domain.webhook import WebhookSecretError, signature_headers, signing_key
+from durable_plans.domain.webhook import signature_headers, signing_key
 
 __all__ = [
     "MAX_RETRY_AFTER",

@@ -71,7 +71,8 @@ def unreachable_message(error: TemporalUnreachable, *, suggest_embedded: bool = 
 
 def read_settings(settings: Settings | None = None) -> Settings:
     """``settings``, or the environment's; a bad variable is ``Usage`` (exit 2)."""
-    from durable_plans.settings import Settings, SettingsError
+    from durable_plans._errors import SettingsError
+    from durable_plans.settings import Settings
 
     if settings is not None:
         return settings

@@ -12,6 +12,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from durable_plans.cli._common import add_operator_option
+from durable_plans.domain.operator_actions import action_summary
 
 
 def add_approval_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,7 +31,7 @@ def add_approval_parsers(subparsers: argparse._SubParsersAction[argparse.Argumen
 
     approve = subparsers.add_parser(
         "approve",
-        help="let a waiting tool call run",
+        help=action_summary("approve"),
         description=(
             "Approve a waiting tool call (an Update of the subtask's workflow), optionally "
             "with replaced arguments. Exit 0 approved; 1 refused (unknown call, already "
@@ -52,7 +53,7 @@ def add_approval_parsers(subparsers: argparse._SubParsersAction[argparse.Argumen
 
     reject = subparsers.add_parser(
         "reject",
-        help="refuse a waiting tool call; the reason becomes its tool result",
+        help=action_summary("reject"),
         description=(
             "Reject a waiting tool call (an Update): it does not run, and the model reads "
             "the reason as the call's result and carries on. Exit codes as for approve."

@@ -11,8 +11,7 @@ from datetime import UTC, datetime
 
 from durable_plans.activities.log import ensure_logging
 from durable_plans.cli._common import Exit, read_settings, reported
-from durable_plans.client import Client, PendingCall
-from durable_plans.client._approvals import check_decision
+from durable_plans.client import Client, PendingCall, check_decision
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.settings import Settings
 

@@ -16,7 +16,7 @@ goes on; only errors that make the conversation unusable (no server, a dead in-p
 worker) end the command.
 
 This module is the REPL only: the commands are parsed in ``chat_commands``, the workflow
-is reached through ``session_client``, lines come from ``stdin_lines`` and are shown by
+is reached through ``Client.conversation``, lines come from ``stdin_lines`` and are shown by
 ``chat_render``.
 """
 
@@ -31,7 +31,6 @@ from typing import Any, Final, TypeVar
 
 from pydantic import ValidationError
 from rich.console import Console
-from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError
 
 from durable_plans.activities.log import ensure_logging
@@ -68,40 +67,19 @@ from durable_plans.cli.chat_render import (
     undo_line,
 )
 from durable_plans.cli.run_command import Connection, open_connection
-from durable_plans.cli.session_client import (
-    SessionCommandError,
-    attach_session,
-    check_session_id,
-    end_session,
-    new_session_id,
-    session_query,
-    session_update,
-)
 from durable_plans.cli.stdin_lines import StdinLines
-from durable_plans.client import DurablePlansError
-from durable_plans.client._client import agents_of
-from durable_plans.client._plans import query_status
-from durable_plans.domain.agents import AgentCatalog
-from durable_plans.domain.models import Message, PlanStatus
+from durable_plans.client import (
+    Conversation,
+    DurablePlansError,
+    SessionCommandError,
+    agents_of,
+    check_session_id,
+    new_session_id,
+)
+from durable_plans.domain.models import PlanStatus
 from durable_plans.domain.session_contracts import (
-    QUERY_EVENTS,
-    QUERY_STATE,
-    UPDATE_HISTORY,
-    UPDATE_PLAN_GOAL,
-    UPDATE_SEND_MESSAGE,
-    UPDATE_SWITCH_AGENT,
-    UPDATE_UNDO,
-    AgentSwitchEvent,
-    AgentSwitchResult,
-    HistoryInput,
-    PlanGoalInput,
     PlanRef,
-    SendMessageInput,
     SendMessageResult,
-    SessionState,
-    SwitchAgentInput,
-    UndoInput,
-    UndoResult,
 )
 from durable_plans.settings import Settings
 
@@ -128,14 +106,13 @@ class _Chat:
     def __init__(
         self,
         conn: Connection,
-        handle: WorkflowHandle[Any, Any],
-        session_id: str,
+        conversation: Conversation,
         screen: Screen,
         lines: StdinLines,
     ) -> None:
         self.conn = conn
-        self.handle = handle
-        self.session_id = session_id
+        self.conversation = conversation
+        self.session_id = conversation.session_id
         self.screen = screen
         self.input = lines
 
@@ -238,20 +215,11 @@ class _Chat:
             task.cancel()
 
     async def _send(self, text: str) -> None:
-        update = asyncio.ensure_future(
-            session_update(
-                self.conn,
-                self.handle,
-                UPDATE_SEND_MESSAGE,
-                SendMessageInput(text=text),
-                SendMessageResult,
-            )
-        )
+        update = asyncio.ensure_future(self.conn.watch(self.conversation.send(text)))
         # Tool calls of the turn that wait for approval are asked here, inline.
-        approvals = InlineApprovals(
-            self.conn.plans.temporal, self.handle.id, self.screen, self.input
-        )
-        async with LiveAnswer(self.conn.plans.temporal, self.handle.id, self.screen) as live:
+        approvals = InlineApprovals(self.conversation, self.screen, self.input)
+        workflow_id = self.conversation.workflow_id
+        async with LiveAnswer(self.conn.plans.temporal, workflow_id, self.screen) as live:
 
             def waiting(awaitable: Awaitable[T], what: str) -> Awaitable[T]:
                 return self._waiting(awaitable, what, live.first_output)
@@ -282,33 +250,21 @@ class _Chat:
 
     async def _undo(self) -> None:
         result = await self._waiting(
-            session_update(self.conn, self.handle, UPDATE_UNDO, UndoInput(), UndoResult),
+            self.conn.watch(self.conversation.undo()),
             "undoing the last turn…",
         )
         self.screen.line(undo_line(result), "yellow")
 
     async def _switch(self, target: str, reason: str) -> None:
         result = await self._waiting(
-            session_update(
-                self.conn,
-                self.handle,
-                UPDATE_SWITCH_AGENT,
-                SwitchAgentInput(target=target, reason=reason),
-                AgentSwitchResult,
-            ),
+            self.conn.watch(self.conversation.switch_agent(target, reason)),
             f"switching to {target}…",
         )
         self.screen.lines(switch_lines(result), "yellow")
 
     async def _plan(self, goal: str) -> None:
         result = await self._waiting(
-            session_update(
-                self.conn,
-                self.handle,
-                UPDATE_PLAN_GOAL,
-                PlanGoalInput(goal=goal),
-                SendMessageResult,
-            ),
+            self.conn.watch(self.conversation.plan(goal)),
             "planning…",
         )
         self._show_answer(result)
@@ -323,7 +279,7 @@ class _Chat:
             )
 
     async def _status(self) -> None:
-        state = await session_query(self.handle, QUERY_STATE, SessionState)
+        state = await self.conversation.state()
         usage = state.usage
         self.screen.lines(
             [
@@ -356,9 +312,10 @@ class _Chat:
         (the session's own record is shown either way)."""
         if plan.status not in (PlanStatus.RUNNING, PlanStatus.PAUSED):
             return None
-        handle = self.conn.plans.temporal.get_workflow_handle(plan.plan_id)
         try:
-            report = await asyncio.wait_for(query_status(handle), _PLAN_QUERY_TIMEOUT_S)
+            report = await asyncio.wait_for(
+                self.conn.plans.live_status(plan.plan_id), _PLAN_QUERY_TIMEOUT_S
+            )
         except (DurablePlansError, RPCError, TimeoutError):
             return None
         c = report.counts
@@ -371,9 +328,7 @@ class _Chat:
         return text
 
     async def _history(self, limit: int) -> None:
-        messages = await session_update(
-            self.conn, self.handle, UPDATE_HISTORY, HistoryInput(limit=limit), list[Message]
-        )
+        messages = await self.conn.watch(self.conversation.history(limit))
         if not messages:
             self.screen.line("(no messages yet)")
             return
@@ -381,15 +336,15 @@ class _Chat:
         self.screen.lines([history_line(m, width) for m in messages])
 
     async def _events(self) -> None:
-        events = await session_query(self.handle, QUERY_EVENTS, list[AgentSwitchEvent])
+        events = await self.conversation.events()
         if not events:
             self.screen.line("(no agent switches yet)")
         self.screen.lines([event_line(e) for e in events])
-        state = await session_query(self.handle, QUERY_STATE, SessionState)
+        state = await self.conversation.state()
         self.screen.lines([decision_line(d) for d in state.approvals])
 
     async def _end(self) -> None:
-        await end_session(self.handle)
+        await self.conversation.end()
         self.screen.line(f"conversation {self.session_id} ended")
 
     def _leave(self) -> None:
@@ -491,14 +446,13 @@ async def chat(
                 embedded=embedded,
                 waiting="answers wait (or use --embedded)",
             )
-            return await _converse(conn, catalog, session_id, agent, screen, StdinLines(fd))
+            return await _converse(conn, session_id, agent, screen, StdinLines(fd))
 
     return await reported(body(), suggest_embedded=not embedded)
 
 
 async def _converse(
     conn: Connection,
-    catalog: AgentCatalog,
     session_id: str | None,
     agent: str | None,
     screen: Screen,
@@ -506,24 +460,23 @@ async def _converse(
 ) -> int:
     if session_id is None:
         session_id = new_session_id()
-    handle, started = await attach_session(conn, catalog, session_id, agent=agent)
-    if started:
+    conversation = await conn.plans.conversation(session_id, agent=agent)
+    if conversation.started:
         screen.line(
             f"new conversation {session_id} (agent {agent or 'orchestrator'}); "
             f"resume it later with: dplan chat --session {session_id}",
             "bold",
         )
     else:
-        await _greet_resumed(handle, session_id, agent, screen)
+        await _greet_resumed(conversation, agent, screen)
     screen.line("type /help for commands, /quit to leave", "dim")
-    return await _Chat(conn, handle, session_id, screen, lines).run()
+    return await _Chat(conn, conversation, screen, lines).run()
 
 
-async def _greet_resumed(
-    handle: WorkflowHandle[Any, Any], session_id: str, agent: str | None, screen: Screen
-) -> None:
+async def _greet_resumed(conversation: Conversation, agent: str | None, screen: Screen) -> None:
+    session_id = conversation.session_id
     try:
-        state = await session_query(handle, QUERY_STATE, SessionState)
+        state = await conversation.state()
     except SessionCommandError as err:
         screen.line(f"resumed conversation {session_id} (state unavailable: {err.message})")
         return

@@ -13,12 +13,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
-from temporalio.client import Client
 from temporalio.service import RPCError
 
 from durable_plans._errors import Refused
-from durable_plans.client._approvals import decide_in, pending_in_tree
-from durable_plans.client._operator import default_operator
+from durable_plans.client import Conversation
 from durable_plans.domain.approval_rules import (
     PendingApproval,
     WorkflowApprovals,
@@ -45,17 +43,16 @@ class _Lines(Protocol):
 class InlineApprovals:
     """Finds the calls a conversation's turn waits on and asks the person at the chat."""
 
-    def __init__(self, client: Client, root_workflow_id: str, screen: _Screen, lines: _Lines):
-        self.client = client
-        self.root = root_workflow_id
+    def __init__(self, conversation: Conversation, screen: _Screen, lines: _Lines):
+        self.conversation = conversation
+        self.root = conversation.workflow_id
         self.screen = screen
         self.lines = lines
-        self.who = default_operator()
         self._asked: set[tuple[str, str]] = set()
 
     async def next_waiting(self) -> tuple[WorkflowApprovals, PendingApproval] | None:
         try:
-            found = await pending_in_tree(self.client, [self.root])
+            found = await self.conversation.waiting_calls()
         except RPCError:
             return None
         for snap, pending in found:
@@ -101,12 +98,10 @@ class InlineApprovals:
                 self.screen.error(f"answer y, n or e{hint}")
                 continue
             try:
-                decision = await decide_in(
-                    self.client,
+                decision = await self.conversation.decide(
                     snap.workflow_id,
                     pending.call_id,
                     approve=approve,
-                    who=self.who,
                     reason=reason,
                     arguments=arguments,
                 )

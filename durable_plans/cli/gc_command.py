@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+from durable_plans._errors import DurationError
 from durable_plans.activities.log import ensure_logging
 from durable_plans.cli._common import Exit, Usage, err, read_settings, reported
 from durable_plans.client import Client
-from durable_plans.domain.durations import DurationError, format_duration, parse_duration
+from durable_plans.domain.durations import format_duration, parse_duration
 from durable_plans.settings import Settings
 from durable_plans.workspace_gc import GcReport
 

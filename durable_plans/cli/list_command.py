@@ -17,13 +17,7 @@ from rich.text import Text
 
 from durable_plans.activities.log import ensure_logging
 from durable_plans.cli._common import Exit, read_settings, reported
-from durable_plans.client import Client
-from durable_plans.client._visibility import (
-    PlanSummary,
-    SearchAttributesUnavailable,
-    list_plans,
-    setup_search_attributes,
-)
+from durable_plans.client import Client, PlanSummary, SearchAttributesUnavailable
 from durable_plans.settings import Settings
 
 __all__ = ["list_command", "render_duration", "setup_command"]
@@ -37,7 +31,7 @@ async def setup_command(*, settings: Settings | None = None) -> int:
         client = await Client.connect(read_settings(settings))
         namespace = client.settings.temporal_namespace
         try:
-            added, present = await setup_search_attributes(client.temporal)
+            added, present = await client.setup_search_attributes()
         except SearchAttributesUnavailable as error:
             raise SearchAttributesUnavailable(
                 f"cannot register search attributes in namespace '{namespace}': {error}\n"
@@ -71,9 +65,7 @@ async def list_command(
 
     async def body() -> int:
         client = await Client.connect(read_settings(settings))
-        rows, with_attributes = await list_plans(
-            client.temporal, status=status, query=query, limit=limit
-        )
+        rows, with_attributes = await client.list_plans(status=status, query=query, limit=limit)
         if json_output:
             print(json.dumps([row.to_json() for row in rows], indent=2))
         else:

@@ -16,13 +16,15 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from durable_plans._errors import AgentsFileError, PlanValidationError
 from durable_plans.cli._common import Exit, add_operator_option, err, run
 from durable_plans.cli.approvals_cli import add_approval_parsers
 from durable_plans.domain.agents import BUILTIN_CATALOG
-from durable_plans.domain.agents_loader import AgentsFileError, load_agents_file
+from durable_plans.domain.agents_loader import load_agents_file
 from durable_plans.domain.models import Plan
+from durable_plans.domain.operator_actions import action_summary
 from durable_plans.domain.plan_data import size_problems
-from durable_plans.domain.plan_loader import PlanValidationError, plan_from_data, read_plan_file
+from durable_plans.domain.plan_loader import plan_from_data, read_plan_file
 from durable_plans.domain.scheduling import critical_path_length
 
 # A command's handler returns its exit code, or the coroutine that computes it (run here,
@@ -347,8 +349,8 @@ def _add_codec_server_parser(
 
 def cmd_codec_server(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     from durable_plans.cli._common import Usage, read_settings, reported
-    from durable_plans.client._plans import ui_base_for
     from durable_plans.codec_server import run_codec_server
+    from durable_plans.temporal_client import ui_base_for
 
     async def body() -> int:
         settings = read_settings()
@@ -550,7 +552,7 @@ def cmd_schemas(args: argparse.Namespace) -> int:
 def _add_retry_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "retry",
-        help="re-run what failed, was skipped or cancelled; keep what completed",
+        help=action_summary("retry"),
         description=(
             "Start a new run of a finished plan (same id) that re-runs its failed, skipped "
             "and cancelled subtasks and reuses every completed one's result, branch and "
@@ -604,10 +606,8 @@ def cmd_retry(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
 def _add_subtask_action_parsers(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> None:
-    for action, help_text in (
-        ("resume", "run a paused subtask again, on a fresh branch from the base session"),
-        ("skip", "fail a paused subtask for good (its dependents are skipped)"),
-    ):
+    for action in ("resume", "skip"):
+        help_text = action_summary(action)
         parser = subparsers.add_parser(
             action,
             help=help_text,
@@ -630,7 +630,7 @@ def cmd_subtask_action(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
 def _add_budget_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "budget",
-        help="set a running plan's budget and resume what paused on it",
+        help=action_summary("budget"),
         description=(
             "Set new limits for the plan's session tree (a limit not named keeps its value) "
             "and resume every subtask paused with BudgetExceeded. Exit 0 done, 1 refused "
@@ -658,7 +658,7 @@ def cmd_budget(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
 def _add_cancel_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "cancel",
-        help="stop a running plan (it ends cancelled; `dplan retry` runs the rest later)",
+        help=action_summary("cancel"),
         description=(
             "Ask a running plan to stop: its running subtasks are cancelled and their "
             "conversations rolled back; what completed is kept. Exit 0 asked, 1 refused "

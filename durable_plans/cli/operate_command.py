@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import contextlib
 
+from durable_plans._errors import OperatorError
 from durable_plans.activities.log import ensure_logging
 from durable_plans.cli._common import Exit, Usage, err, read_settings, reported
 from durable_plans.cli.run_command import follow_to_report, open_connection
-from durable_plans.client import Client, InvalidArgument
-from durable_plans.client._client import agents_of
-from durable_plans.client._operate import check_changes
-from durable_plans.client._plans import web_url
-from durable_plans.domain.operations import OperatorError, SubtaskChanges
+from durable_plans.client import Client, InvalidArgument, agents_of, check_changes
+from durable_plans.domain.operations import SubtaskChanges
 from durable_plans.settings import Settings
+from durable_plans.temporal_client import web_url
 
 __all__ = [
     "budget_command",

@@ -24,23 +24,18 @@ from durable_plans.activities.log import ensure_logging
 from durable_plans.cli._common import Exit, Usage, err, read_settings, reported
 from durable_plans.cli.progress import follow_progress
 from durable_plans.cli.run_command import Connection, open_connection, print_report
-from durable_plans.cli.session_client import (
+from durable_plans.client import (
     SessionCommandError,
-    attach_session,
+    agents_of,
     check_session_id,
     new_session_id,
-    session_update,
 )
-from durable_plans.client._client import agents_of
-from durable_plans.client._plans import query_status, wait_for_report, web_url
-from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.models import PlanReport, PlanStatus
 from durable_plans.domain.session_contracts import (
-    UPDATE_PLAN_GOAL,
     PlanGoalInput,
-    SendMessageResult,
 )
 from durable_plans.settings import Settings
+from durable_plans.temporal_client import web_url
 
 __all__ = ["plan_goal_command"]
 
@@ -58,7 +53,7 @@ async def plan_goal_command(
 
     async def body() -> int:
         resolved = read_settings(settings)
-        catalog = agents_of(resolved)
+        agents_of(resolved)  # a bad agents file is exit 2 before any connection
         problem = _goal_problem(goal)
         if problem is None and session_id is not None:
             problem = check_session_id(session_id)
@@ -67,7 +62,7 @@ async def plan_goal_command(
         async with contextlib.AsyncExitStack() as stack:
             conn = await open_connection(stack, resolved, embedded=embedded)
             return await _plan_and_follow(
-                conn, catalog, goal.strip(), session_id or new_session_id(), json_output
+                conn, goal.strip(), session_id or new_session_id(), json_output
             )
 
     try:
@@ -88,18 +83,15 @@ def _goal_problem(goal: str) -> str | None:
 
 async def _plan_and_follow(
     conn: Connection,
-    catalog: AgentCatalog,
     goal: str,
     session_id: str,
     json_output: bool,
 ) -> int:
-    handle, _ = await attach_session(conn, catalog, session_id)
+    conversation = await conn.plans.conversation(session_id)
     err(f"conversation {session_id} (continue it with: dplan chat --session {session_id})")
     err("planning…")
     try:
-        result = await session_update(
-            conn, handle, UPDATE_PLAN_GOAL, PlanGoalInput(goal=goal), SendMessageResult
-        )
+        result = await conn.watch(conversation.plan(goal))
     except SessionCommandError as refused:
         err(f"error: {refused.type}: {refused.message}")
         return Exit.FAILED
@@ -129,13 +121,14 @@ async def _plan_and_follow(
 async def _follow(conn: Connection, plan_id: str, *, json_output: bool) -> PlanReport:
     """Show ``plan_id``'s progress until it ends; return (and, unless JSON, print) its
     report, whose status is the plan's real outcome as Temporal recorded it."""
-    handle = conn.plans.temporal.get_workflow_handle(plan_id, result_type=PlanReport)
     url = web_url(conn.ui_base, conn.settings.temporal_namespace, plan_id) if conn.ui_base else None
-    result: asyncio.Future[PlanReport] = asyncio.ensure_future(conn.watch(wait_for_report(handle)))
+    result: asyncio.Future[PlanReport] = asyncio.ensure_future(
+        conn.watch(conn.plans.report(plan_id))
+    )
     try:
         if not json_output:
             await follow_progress(
-                lambda: query_status(handle), plan_id=plan_id, web_url=url, until=result
+                lambda: conn.plans.live_status(plan_id), plan_id=plan_id, web_url=url, until=result
             )
         report = await result
     finally:

@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from durable_plans.cli.workspace_lines import short_commit, workspace_line
-from durable_plans.client._live import PlanWatch, SubtaskNow
+from durable_plans.client import PlanWatch, SubtaskNow
 from durable_plans.domain.checks import CheckRun, shown
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, SubtaskResult, SubtaskStatus
 from durable_plans.domain.rate_pacing import format_duration

@@ -32,12 +32,18 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from durable_plans._errors import TemporalUnreachable
+from durable_plans._errors import (
+    HistoryFileError,
+    PayloadKeyError,
+    SettingsError,
+    TemporalUnreachable,
+    WorkflowNotFound,
+)
 from durable_plans.cli._common import Exit
-from durable_plans.client._plans import connect
-from durable_plans.payload_codec import PayloadKeyError, key_ids_in, keyring_from_env
+from durable_plans.payload_codec import key_ids_in, keyring_from_env
 from durable_plans.plugin import DurablePlansPlugin
-from durable_plans.settings import Settings, SettingsError
+from durable_plans.settings import Settings
+from durable_plans.temporal_client import connect
 
 __all__ = [
     "HistoryFileError",
@@ -61,14 +67,6 @@ _RUN_SUFFIX = re.compile(r"\.(\d+)$")
 # The SDK reports a failed replay as core's debug dump of the failure; its message field
 # is the part a person needs ("[TMPRL1100] Nondeterminism error: ...").
 _CORE_MESSAGE = re.compile(r'Failure \{ message: "((?:[^"\\]|\\.)*)"')
-
-
-class WorkflowNotFound(Exception):
-    """The server has no such workflow (or run): a typo, another namespace, or retention."""
-
-
-class HistoryFileError(Exception):
-    """A ``--file`` that cannot be read as a Temporal history."""
 
 
 @dataclass(frozen=True)

@@ -16,27 +16,21 @@ import sys
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from rich.console import Console
-from temporalio.client import Client as TemporalClient
-from temporalio.client import WorkflowHandle
 
 from durable_plans.activities.log import ensure_logging
 from durable_plans.cli._common import Exit, Usage, err, read_settings, reported
 from durable_plans.cli.progress import follow_progress, report_renderable
 from durable_plans.cli.workspace_lines import workspace_hints
-from durable_plans.client import Client, InvalidPlan, PlanAlreadyRunning, load_plan
-from durable_plans.client._client import agents_of
-from durable_plans.client._live import FOLLOWED_IN_TERMINAL, PlanWatch
-from durable_plans.client._plans import (
-    connect,
-    notification_outcome,
-    query_status,
-    ui_base_for,
-    wait_for_report,
-    web_url,
-    worker_count,
+from durable_plans.client import (
+    Client,
+    InvalidPlan,
+    PlanAlreadyRunning,
+    PlanWatch,
+    agents_of,
+    load_plan,
 )
 from durable_plans.domain.models import (
     DeliveryOutcome,
@@ -54,6 +48,7 @@ from durable_plans.embedded import (
 )
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
+from durable_plans.temporal_client import connect, ui_base_for, web_url
 
 T = TypeVar("T")
 
@@ -69,12 +64,14 @@ __all__ = [
 _PLAIN_WIDTH = 120
 
 
-def terminal_watch(temporal: TemporalClient, plan_id: str, settings: Settings) -> PlanWatch:
+FOLLOWED_IN_TERMINAL: Final = 10
+"""How many running subtasks a terminal follows (the first in plan order)."""
+
+
+def terminal_watch(plans: Client, plan_id: str) -> PlanWatch:
     """What a terminal follows of a plan's running subtasks: as many as it shows, their
-    streams only where this configuration streams plan calls (``client/_live.py``)."""
-    return PlanWatch(
-        temporal, plan_id, at_most=FOLLOWED_IN_TERMINAL, streams=settings.stream == "all"
-    )
+    streams only where this configuration streams plan calls (``Client.live``)."""
+    return plans.live(plan_id, at_most=FOLLOWED_IN_TERMINAL, streams=plans.settings.stream == "all")
 
 
 def scripted_model_note(settings: Settings) -> str:
@@ -203,7 +200,7 @@ async def open_connection(
             )
     plans = Client(await connect(settings, identity=operator), settings, operator=operator)
 
-    workers = await worker_count(plans.temporal, settings.task_queue)
+    workers = await plans.worker_count()
     if workers:
         if embedded:
             err(f"using the {workers} worker(s) already polling '{settings.task_queue}'")
@@ -261,19 +258,18 @@ async def follow_to_report(
     plan: Plan | None = None,
 ) -> int:
     """Show the plan's progress until it ends, print its report, return the exit code."""
-    handle: WorkflowHandle[Any, PlanReport] = conn.plans.temporal.get_workflow_handle(
-        plan_id, result_type=PlanReport
+    result: asyncio.Future[PlanReport] = asyncio.ensure_future(
+        conn.watch(conn.plans.report(plan_id))
     )
-    result: asyncio.Future[PlanReport] = asyncio.ensure_future(conn.watch(wait_for_report(handle)))
     try:
         if not json_output:
             await follow_progress(
-                lambda: query_status(handle),
+                lambda: conn.plans.live_status(plan_id),
                 plan=plan,
                 plan_id=plan_id,
                 web_url=url,
                 until=result,
-                watch=terminal_watch(conn.plans.temporal, plan_id, conn.settings),
+                watch=terminal_watch(conn.plans, plan_id),
             )
         report = await result
     finally:
@@ -334,7 +330,7 @@ async def status_command(
         report = await plans.status(plan_id)
         if follow and not report.finished:
             report = await _follow(plans, plan_id, url, json_output=json_output)
-        notification = await notification_outcome(plans.temporal, plan_id)
+        notification = await plans.notification(plan_id)
         edits = await plans.edits(plan_id)
         if json_output and (notification is not None or edits):
             # The report's fields as they are, plus how its webhook went and who edited
@@ -363,18 +359,15 @@ async def status_command(
 
 async def _follow(plans: Client, plan_id: str, url: str, *, json_output: bool) -> PlanReport:
     """Follow a running plan to its end (``dplan status --follow``); its final report."""
-    handle: WorkflowHandle[Any, PlanReport] = plans.temporal.get_workflow_handle(
-        plan_id, result_type=PlanReport
-    )
-    result: asyncio.Future[PlanReport] = asyncio.ensure_future(wait_for_report(handle))
+    result: asyncio.Future[PlanReport] = asyncio.ensure_future(plans.report(plan_id))
     try:
         if not json_output:
             await follow_progress(
-                lambda: query_status(handle),
+                lambda: plans.live_status(plan_id),
                 plan_id=plan_id,
                 web_url=url,
                 until=result,
-                watch=terminal_watch(plans.temporal, plan_id, plans.settings),
+                watch=terminal_watch(plans, plan_id),
             )
         return await result
     finally:

@@ -9,6 +9,7 @@ updates.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
@@ -21,9 +22,11 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_plans._errors import (
+    AgentsFileError,
     InvalidArgument,
     InvalidPlan,
     PlanNotFound,
+    PlanValidationError,
     Refused,
     StatusUnavailable,
 )
@@ -35,6 +38,12 @@ from durable_plans.client._approvals import (
     pending_calls,
     running_plan_ids,
 )
+from durable_plans.client._conversations import (
+    Conversation,
+    check_session_id,
+    open_conversation,
+)
+from durable_plans.client._live import PlanWatch
 from durable_plans.client._operate import (
     check_changes,
     plan_edits,
@@ -43,18 +52,22 @@ from durable_plans.client._operate import (
 )
 from durable_plans.client._operator import default_operator
 from durable_plans.client._plans import (
-    connect,
+    PlanRun,
     describe_plan,
+    notification_outcome,
+    plan_run,
     plan_status,
+    query_status,
     start_plan,
     wait_for_report,
+    worker_count,
 )
 from durable_plans.client._visibility import PlanSummary, list_plans
 from durable_plans.client._watch import PlanEvent, watch_plan
 from durable_plans.domain.agents import AgentCatalog
-from durable_plans.domain.agents_loader import AgentsFileError, load_catalog
+from durable_plans.domain.agents_loader import load_catalog
 from durable_plans.domain.approval_rules import ApprovalDecision
-from durable_plans.domain.models import Plan, PlanReport
+from durable_plans.domain.models import DeliveryOutcome, Message, Plan, PlanReport
 from durable_plans.domain.operations import (
     RAISE_BUDGET_UPDATE,
     RESUME_UPDATE,
@@ -65,15 +78,12 @@ from durable_plans.domain.operations import (
     SubtaskRequest,
 )
 from durable_plans.domain.plan_data import size_problems
-from durable_plans.domain.plan_loader import (
-    PlanValidationError,
-    load_plan_file,
-    plan_from_data,
-    validate_plan,
-)
+from durable_plans.domain.plan_loader import load_plan_file, plan_from_data, validate_plan
+from durable_plans.namespace_setup import setup_search_attributes
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
+from durable_plans.temporal_client import connect
 from durable_plans.workspace_gc import GcReport, collect
 
 __all__ = ["Client", "agents_of", "load_plan"]
@@ -135,6 +145,8 @@ class Client:
         self._operator = operator or default_operator()
         self._agents: AgentCatalog | None = None
         self._plan_store: SessionStore | None = None
+        self._opened_store: SessionStore | None = None
+        self._store_lock = asyncio.Lock()
 
     def use_plan_store(self, store: SessionStore | None) -> None:
         """The workers' session store, for a client that can reach it (``--embedded``):
@@ -187,6 +199,15 @@ class Client:
         )
         return valid.id
 
+    async def plan_run(
+        self, plan_id: str, *, known: Mapping[tuple[str, str], Plan] | None = None
+    ) -> PlanRun:
+        """The plan its latest run runs (read from that run's input; a retry with changes
+        runs an edited plan), with the run's id and its chain's first run id. ``known``
+        maps ``(plan_id, run_id)`` to plans read before, so only a new run is fetched.
+        ``PlanNotFound`` for an unknown id."""
+        return await plan_run(self._temporal, plan_id, known)
+
     async def report(self, plan_id: str) -> PlanReport:
         """Wait for the plan to end and return its report, however it ended (completed,
         failed, cancelled, terminated). Raises ``InvalidPlan`` for a plan the workflow
@@ -225,8 +246,20 @@ class Client:
         query added as is."""
         if limit < 1:
             raise InvalidArgument(f"limit must be at least 1, not {limit}")
-        rows, _ = await list_plans(self._temporal, status=status, query=query, limit=limit)
+        rows, _ = await self.list_plans(status=status, query=query, limit=limit)
         return rows
+
+    async def list_plans(
+        self, *, status: str | None = None, query: str | None = None, limit: int = 50
+    ) -> tuple[builtins.list[PlanSummary], bool]:
+        """``list``'s rows, and whether the namespace's search attributes were used (when
+        not, goal, progress and cost are unknown and ``paused`` comes from the memo)."""
+        return await list_plans(self._temporal, status=status, query=query, limit=limit)
+
+    async def setup_search_attributes(self) -> tuple[builtins.list[str], builtins.list[str]]:
+        """Register the search attributes the namespace lacks; ``(added, already there)``
+        by name. Idempotent; ``SearchAttributesUnavailable`` when the server refuses."""
+        return await setup_search_attributes(self._temporal)
 
     async def cancel(self, plan_id: str) -> None:
         """Ask a running plan to stop: running subtasks are cancelled, the report says
@@ -236,6 +269,26 @@ class Client:
             state = description.status.name.lower() if description.status else "closed"
             raise Refused(f"plan '{plan_id}' is not running (it is {state})")
         await self._plan_handle(plan_id).cancel()
+
+    async def live_status(self, plan_id: str) -> PlanReport:
+        """The running plan's own answer to its ``status`` query, with a bounded wait
+        (``StatusUnavailable`` when no worker answers): what a progress display polls.
+        Unlike ``status`` it asks nothing else first, so it is one call per poll."""
+        return await query_status(self._temporal.get_workflow_handle(plan_id))
+
+    def live(self, plan_id: str, *, at_most: int | None = None, streams: bool = True) -> PlanWatch:
+        """What the plan's running subtasks do now (their step and latest text), for a
+        display that shows them: ``at_most`` of them (None: all), with their live
+        streams when ``streams``."""
+        return PlanWatch(self._temporal, plan_id, at_most=at_most, streams=streams)
+
+    async def notification(self, plan_id: str) -> DeliveryOutcome | None:
+        """How the plan's webhook delivery went, from its memo; None when it has none."""
+        return await notification_outcome(self._temporal, plan_id)
+
+    async def worker_count(self) -> int:
+        """How many workers polled this client's task queue in the last two minutes."""
+        return await worker_count(self._temporal, self._settings.task_queue)
 
     def watch(self, plan_id: str, *, poll_interval_s: float = 0.5) -> AsyncIterator[PlanEvent]:
         """The plan's events until it ends: subtask state changes, streamed text, calls
@@ -357,7 +410,51 @@ class Client:
             self._temporal, plan_id, call, approve=False, who=self._operator, reason=reason
         )
 
+    # ------------------------------------------------------------------ conversations
+
+    async def conversation(self, session_id: str, *, agent: str | None = None) -> Conversation:
+        """Attach to the running conversation ``session_id`` or start it (with ``agent``,
+        else the catalogue's default); ``Conversation.started`` says which. Raises
+        ``InvalidArgument`` for an id that cannot be one and ``SessionEnded`` for a
+        conversation finished with ``/end``."""
+        problem = check_session_id(session_id)
+        if problem is not None:
+            raise InvalidArgument(problem)
+        return await open_conversation(
+            self._temporal,
+            session_id,
+            catalog=self.agents(),
+            budget=self._settings.default_budget,
+            task_queue=self._settings.task_queue,
+            operator=self._operator,
+            agent=agent,
+        )
+
+    async def messages(self, session_id: str) -> builtins.list[Message]:
+        """A conversation's messages (a chat, or a subtask's branch), read from the
+        workers' session store: the one given to ``use_plan_store``, else
+        ``DPLAN_SESSION_STORE`` opened on first use and kept until ``close``. Raises
+        ``SessionNotFound`` for a conversation the store does not hold."""
+        store = await self._session_store()
+        return await store.read(session_id)
+
+    async def close(self) -> None:
+        """Close what this client opened itself (the session store ``messages`` reads);
+        the Temporal connection is the SDK's and closes with the process."""
+        async with self._store_lock:
+            if self._opened_store is not None:
+                await self._opened_store.close()
+                self._opened_store = None
+
     # ------------------------------------------------------------------ helpers
+
+    async def _session_store(self) -> SessionStore:
+        if self._plan_store is not None:
+            return self._plan_store
+        async with self._store_lock:
+            if self._opened_store is None:
+                self._opened_store = await open_session_store(self._settings.session_store)
+            return self._opened_store
 
     def _plan_handle(self, plan_id: str) -> WorkflowHandle[Any, PlanReport]:
         return self._temporal.get_workflow_handle(plan_id, result_type=PlanReport)

@@ -9,14 +9,15 @@ time keeps what was shown before, and nothing here can change how the plan is fo
 
 None of it is free: following a subtask's stream is a workflow update (a workflow task on
 the worker and events on the server) and each ``progress`` query a query task, once a
-second, and a subtask that ends while followed is read once more after its end (a
-query the worker answers by replaying it). ``dplan run`` and ``dplan status --follow``
-follow the first ``FOLLOWED_IN_TERMINAL`` running subtasks (plan order), as many as a
-terminal shows, and subscribe to their streams only when their own settings say the
-worker streams plan calls (``DPLAN_STREAM=all``; the default streams chat turns alone,
-so a subscription would wait on a stream nothing writes): with every running subtask
-followed, a 300-subtask fan-out ran at half the speed it has beside a client that only
-waits (issue 30). The others still show their status, from the plan's own query.
+second, and a subtask that ends while followed is read once more after its end (a query
+the worker answers by replaying it). ``dplan run`` and ``dplan status --follow`` follow
+the first ``FOLLOWED_IN_TERMINAL`` (``cli/run_command.py``) running subtasks (plan
+order), as many as a terminal shows, and subscribe to their streams only when their own
+settings say the worker streams plan calls (``DPLAN_STREAM=all``; the default streams
+chat turns alone, so a subscription would wait on a stream nothing writes): with every
+running subtask followed, a 300-subtask fan-out ran at half the speed it has beside a
+client that only waits (issue 30). The others still show their status, from the plan's
+own query.
 """
 
 from __future__ import annotations
@@ -34,11 +35,10 @@ from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import PlanReport, SubtaskStatus
 from durable_plans.domain.streaming import LLM_TOPIC, StreamEvent, StreamFold
 
-__all__ = ["FOLLOWED_IN_TERMINAL", "PlanWatch", "SubtaskNow"]
+__all__ = ["PlanWatch", "SubtaskNow"]
 
 _QUERY_EVERY_S: Final = 1.0
 _QUERY_TIMEOUT_S: Final = 2.0
-FOLLOWED_IN_TERMINAL: Final = 10
 
 
 @dataclass

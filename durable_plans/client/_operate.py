@@ -25,7 +25,7 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 
-from durable_plans._errors import InvalidArgument, Refused
+from durable_plans._errors import InvalidArgument, OperatorError, Refused
 from durable_plans.client._plans import describe_plan, plan_input_arg, query_plan
 from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
 from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput
@@ -35,7 +35,6 @@ from durable_plans.domain.operations import (
     CARRIED_STATE_QUERY,
     EDITS_MEMO,
     MAX_KEPT_EDITS,
-    OperatorError,
     SubtaskChanges,
     SubtaskEdit,
     change_problems,

@@ -8,12 +8,12 @@ its ``PlanFailed`` error, and a cancelled or terminated run is asked for it thro
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
-from urllib.parse import quote, urlsplit
 
-from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.enums.v1 import EventType, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
@@ -37,17 +37,20 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_plans._errors import (
     DurablePlansError,
+    InvalidInput,
     InvalidPlan,
+    MalformedDetails,
     PlanAlreadyRunning,
+    PlanDataError,
     PlanNotFound,
     StatusUnavailable,
-    TemporalUnreachable,
 )
 from durable_plans.activities.plan_data import put_data
-from durable_plans.connection import QUERY_RPC_TIMEOUT, connect_options
+from durable_plans.connection import QUERY_RPC_TIMEOUT
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput
-from durable_plans.domain.failures import FailureType, MalformedDetails, read_plan_report
+from durable_plans.domain.failures import FailureType, read_plan_report
+from durable_plans.domain.inputs import plan_input_from_value
 from durable_plans.domain.models import DeliveryOutcome, Plan, PlanReport, SubtaskStatus
 from durable_plans.domain.plan_data import (
     INLINE_PLAN_BYTES,
@@ -57,35 +60,29 @@ from durable_plans.domain.plan_data import (
     pack,
     plan_bytes,
     size_problems,
+    with_carried_subtasks,
 )
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.domain.webhook import NOTIFY_MEMO_KEY
-from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
 
 __all__ = [
     "PLAN_WORKFLOW",
     "STATUS_QUERY",
-    "connect",
+    "PlanRun",
     "notification_outcome",
+    "plan_run",
     "plan_status",
     "query_status",
     "settle_stopped",
     "start_plan",
-    "ui_base_for",
     "wait_for_report",
-    "web_url",
     "worker_count",
 ]
 
 STATUS_QUERY = "status"
 
-_CONNECT_TIMEOUT_S = 10.0
-# Temporal Cloud endpoints (namespace and regional API key endpoints) and the one web UI
-# that serves every Cloud namespace under the same ``/namespaces/{ns}/workflows/{id}``.
-_CLOUD_SUFFIXES = (".tmprl.cloud", ".api.temporal.io")
-_CLOUD_UI = "https://cloud.temporal.io"
 # A query needs a worker to answer it; without one the server holds the call open. A
 # bounded wait turns "hangs forever" into a message that says what is missing.
 _QUERY_TIMEOUT = QUERY_RPC_TIMEOUT
@@ -93,92 +90,6 @@ _GOAL_SUMMARY_CHARS = 200
 
 
 T = TypeVar("T")
-
-
-async def connect(settings: Settings, *, identity: str | None = None) -> Client:
-    """A client wired by ``DurablePlansPlugin``: our payload encoding, and a worker built
-    from it gets our workflows and sandbox settings.
-
-    Address, namespace, TLS, API key and gRPC metadata are the ones Temporal's environment
-    configuration resolved into ``settings`` (``connection.py``).
-
-    Raises ``TemporalUnreachable`` (naming the address) instead of the SDK's transport
-    error, and gives up after a bounded time instead of hanging on a black-holed host.
-    ``identity`` (default: the SDK's ``pid@host``) is what the server records as the
-    client of each request, e.g. the operator who approved a tool call.
-    """
-    address = settings.temporal_address
-    try:
-        return await asyncio.wait_for(
-            Client.connect(
-                address,
-                namespace=settings.temporal_namespace,
-                **connect_options(settings.temporal_access),
-                plugins=[DurablePlansPlugin(settings=settings)],
-                identity=identity,
-            ),
-            timeout=_CONNECT_TIMEOUT_S,
-        )
-    except TimeoutError as err:
-        raise TemporalUnreachable(address, f"no answer within {_CONNECT_TIMEOUT_S:g}s") from err
-    except RuntimeError as err:
-        raise TemporalUnreachable(address, _short_reason(err)) from err
-
-
-# The SDK's transport errors are Rust debug dumps; these say what to change instead.
-_TLS_CLIENT_CERT = "TEMPORAL_TLS_CLIENT_CERT_PATH / TEMPORAL_TLS_CLIENT_KEY_PATH"
-_UNTRUSTED = (
-    "TLS: the server's certificate is not signed by a CA this client trusts "
-    "(set TEMPORAL_TLS_SERVER_CA_CERT_PATH)"
-)
-_REASONS = (
-    ("Connection refused", "connection refused"),
-    ("dns error", "host name not found"),
-    ("timed out", "connection timed out"),
-    ("UnknownIssuer", _UNTRUSTED),
-    ("BadSignature", _UNTRUSTED),
-    (
-        "NotValidForName",
-        "TLS: the server's certificate is not valid for the name used "
-        "(set TEMPORAL_TLS_SERVER_NAME to a name it carries)",
-    ),
-    (
-        "InvalidCertificate",
-        "TLS: the server's certificate was refused "
-        "(check TEMPORAL_TLS_SERVER_CA_CERT_PATH and TEMPORAL_TLS_SERVER_NAME)",
-    ),
-    ("InvalidContentType", "TLS: the server does not speak TLS (set TEMPORAL_TLS=false)"),
-    (
-        "CertificateRequired",
-        f"TLS: the server requires a client certificate (set {_TLS_CLIENT_CERT})",
-    ),
-    (
-        "close_notify",
-        "TLS: the server closed the connection during set-up; it may require a client "
-        f"certificate ({_TLS_CLIENT_CERT})",
-    ),
-    (
-        "broken pipe",
-        "the server closed the connection during set-up; it may expect TLS "
-        "(set TEMPORAL_TLS=true or TEMPORAL_TLS_SERVER_CA_CERT_PATH)",
-    ),
-    (
-        "code: Unauthenticated",
-        "the server rejected the credentials (check TEMPORAL_API_KEY or the client certificate)",
-    ),
-    (
-        "code: PermissionDenied",
-        "permission denied: the credentials are not allowed in this namespace",
-    ),
-)
-
-
-def _short_reason(err: BaseException) -> str:
-    text = str(err)
-    for marker, reason in _REASONS:
-        if marker.lower() in text.lower():
-            return reason
-    return text.splitlines()[0][:200] if text else type(err).__name__
 
 
 def with_default_budget(plan: Plan, settings: Settings) -> Plan:
@@ -320,6 +231,48 @@ async def query_plan(handle: WorkflowHandle[Any, Any], name: str, result_type: t
     return result
 
 
+@dataclass(frozen=True)
+class PlanRun:
+    """The plan a plan's latest run runs, read from that run's input."""
+
+    plan: Plan
+    run_id: str
+    first_run_id: str
+    """The first run of its chain of runs (retries): names the plan's branches."""
+
+
+async def plan_run(
+    client: Client, plan_id: str, known: Mapping[tuple[str, str], Plan] | None = None
+) -> PlanRun:
+    """The plan ``plan_id``'s latest run runs; ``known`` holds plans already read by
+    ``(plan_id, run_id)`` (a run's input never changes), so only a new run's first event
+    is fetched. ``PlanNotFound`` for an unknown id."""
+    description = await describe_plan(client, plan_id)
+    info = description.raw_description.workflow_execution_info
+    first_run = info.first_run_id or description.run_id
+    cached = (known or {}).get((plan_id, description.run_id))
+    if cached is not None:
+        return PlanRun(cached, description.run_id, first_run)
+    handle = client.get_workflow_handle(plan_id, run_id=description.run_id)
+    async for event in handle.fetch_history_events():
+        if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            break
+        payloads = event.workflow_execution_started_event_attributes.input.payloads
+        if not payloads:
+            break
+        values = await client.data_converter.decode(list(payloads))
+        try:
+            value = with_carried_subtasks(values[0])
+            plan = plan_input_from_value(value, workflow_id=plan_id).plan
+        except (InvalidInput, PlanDataError) as err:
+            problems = err.problems if isinstance(err, InvalidInput) else [str(err)]
+            raise DurablePlansError(
+                f"plan '{plan_id}' has an invalid input: {'; '.join(problems)}"
+            ) from None
+        return PlanRun(plan, description.run_id, first_run)
+    raise DurablePlansError(f"plan '{plan_id}' has no input to read its subtasks from")
+
+
 async def describe_plan(client: Client, plan_id: str) -> WorkflowExecutionDescription:
     """The plan's latest run as Temporal describes it; ``PlanNotFound`` when there is none."""
     try:
@@ -383,30 +336,3 @@ async def worker_count(
     return sum(
         1 for poller in response.pollers if poller.last_access_time.ToDatetime(UTC) >= cutoff
     )
-
-
-def ui_base_for(settings: Settings) -> str:
-    """Where Temporal Web is: ``TEMPORAL_UI_URL`` when set (docker-compose serves it on
-    8080), Temporal Cloud's UI for a ``*.tmprl.cloud`` address, else the dev server's
-    convention, gRPC port + 1000."""
-    if settings.ui_url:
-        return settings.ui_url.rstrip("/")
-    address = settings.temporal_address
-    parts = urlsplit(address if "//" in address else f"//{address}")
-    host = parts.hostname or "localhost"
-    if host.endswith(_CLOUD_SUFFIXES):
-        return _CLOUD_UI
-    port = (parts.port or 7233) + 1000
-    if ":" in host:  # IPv6 literal
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
-
-
-def web_url(settings_or_ui_base: Settings | str, namespace: str, workflow_id: str) -> str:
-    """Temporal Web link to a workflow (the UI redirects to its latest run)."""
-    base = (
-        ui_base_for(settings_or_ui_base)
-        if isinstance(settings_or_ui_base, Settings)
-        else settings_or_ui_base
-    ).rstrip("/")
-    return f"{base}/namespaces/{quote(namespace, safe='')}/workflows/{quote(workflow_id, safe='')}"

@@ -18,6 +18,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
+from durable_plans._errors import UnknownAgentError
 from durable_plans.domain.approval_rules import ApprovalPolicy
 from durable_plans.domain.checks import MAX_CHECK_ROUNDS, CheckCommands
 from durable_plans.domain.tools_config import RUN_COMMAND_TOOL, CommandPolicy, McpServerConfig
@@ -79,25 +80,6 @@ class AgentSpec(BaseModel):
     a subtask's own ``check`` replaces them."""
     check_rounds: int | None = Field(default=None, ge=1, le=MAX_CHECK_ROUNDS)
     """Failed check rounds before a subtask fails; None: the plan's, else 3."""
-
-
-class UnknownAgentError(KeyError):
-    """An agent name not in the catalog, with the names that are (a configuration error).
-
-    A KeyError so existing ``except KeyError`` callers keep working; ``__str__`` is the
-    plain message (KeyError would otherwise show it quoted, like a dict key).
-    """
-
-    def __init__(self, name: str, known: Iterable[str]) -> None:
-        self.name = name
-        self.known: tuple[str, ...] = tuple(sorted(known))
-        super().__init__(f"unknown agent {name!r}; known agents: {', '.join(self.known)}")
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-    def __reduce__(self) -> tuple[type[UnknownAgentError], tuple[str, tuple[str, ...]]]:
-        return (type(self), (self.name, self.known))
 
 
 class AgentCatalog(BaseModel):

@@ -59,6 +59,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ValidationError
 
+from durable_plans._errors import AgentsFileError, TextFormatError
 from durable_plans.domain.agents import (
     APPROVABLE_TOOL_NAMES,
     BUILTIN_CATALOG,
@@ -71,7 +72,6 @@ from durable_plans.domain.agents import (
 from durable_plans.domain.approval_rules import ApprovalPolicy, policy_problems
 from durable_plans.domain.checks import check_problems, check_rounds_problems
 from durable_plans.domain.problems import (
-    ProblemsError,
     capped,
     describe,
     explain_error,
@@ -81,7 +81,6 @@ from durable_plans.domain.problems import (
 )
 from durable_plans.domain.text_formats import (
     QUOTE_LIMIT,
-    TextFormatError,
     one_line,
     parse_json,
     parse_yaml,
@@ -134,10 +133,6 @@ _FORMATS: Final[Mapping[str, str]] = {
 }
 _BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")
 _TOP_LEVEL_LISTING: Final = f"the file holds only {', '.join(map(repr, TOP_LEVEL_KEYS))}"
-
-
-class AgentsFileError(ProblemsError):
-    """Why an agents file was rejected: one human-readable line per problem."""
 
 
 def is_valid_agent_name(value: str) -> bool:

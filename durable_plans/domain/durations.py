@@ -12,15 +12,13 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
+from durable_plans._errors import DurationError
+
 __all__ = ["DurationError", "format_duration", "parse_duration"]
 
 _UNITS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([wdhms])")
 _WHOLE = re.compile(r"^(?:\d+(?:\.\d+)?[wdhms])+$")
-
-
-class DurationError(ValueError):
-    """Text that is not a duration; its message says what is expected."""
 
 
 def parse_duration(text: str) -> timedelta:

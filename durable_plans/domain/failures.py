@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
+from durable_plans._errors import MalformedDetails
 from durable_plans.domain.contracts import SubtaskFailureDetails
 from durable_plans.domain.models import PlanReport
 
@@ -81,6 +82,13 @@ class FailureType(StrEnum):
     # (details: WorkspaceConflictDetails), or a repository or remote that cannot be used.
     WORKSPACE_CONFLICT = "WorkspaceConflict"
     WORKSPACE_UNAVAILABLE = "WorkspaceUnavailable"
+    # A big plan's data (input, report) in the session store is missing or altered
+    # (activities/plan_data.py): not retryable, waiting will not bring the bytes back.
+    PLAN_DATA_UNAVAILABLE = "PlanDataUnavailable"
+    # MCP servers (activities/mcp.py): a server's configuration cannot be used (never
+    # retried), or listing a plan's MCP tools failed, so the plan cannot start.
+    MCP_CONFIG = "McpConfig"
+    MCP_TOOLS_UNAVAILABLE = "McpToolsUnavailable"
     # LLM calls, as activities/llm_errors.py classifies them: never worth a retry...
     BAD_REQUEST = "BadRequest"
     CONTEXT_WINDOW_EXCEEDED = "ContextWindowExceeded"
@@ -122,10 +130,6 @@ NON_RETRYABLE_LLM_FAILURES: tuple[FailureType, ...] = (
     FailureType.BUDGET_EXCEEDED,
     FailureType.UNPROCESSABLE_ENTITY,
 )
-
-
-class MalformedDetails(ValueError):
-    """A failure's details are not what its type promises (another version wrote them)."""
 
 
 def failure_type(type_: str | None) -> FailureType | None:

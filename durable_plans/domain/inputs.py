@@ -29,12 +29,13 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
+from durable_plans._errors import InvalidInput, PlanValidationError
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.ids import stable_id
-from durable_plans.domain.plan_loader import PlanValidationError, is_valid_id, plan_from_data
-from durable_plans.domain.problems import ProblemsError, check_fields, describe, explain_error
+from durable_plans.domain.plan_loader import is_valid_id, plan_from_data
+from durable_plans.domain.problems import check_fields, describe, explain_error
 from durable_plans.domain.session_contracts import SessionInput
 
 __all__ = [
@@ -47,10 +48,6 @@ __all__ = [
 
 # The field that marks the wrapper shape (PlanInput) rather than a bare plan file.
 WRAPPER_FIELD: Final = "plan"
-
-
-class InvalidInput(ProblemsError):
-    """A workflow input that cannot be used: one line per problem."""
 
 
 def plan_id_for_workflow(workflow_id: str) -> str:

@@ -16,6 +16,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
 
+from durable_plans._errors import OperatorError
 from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Budget, Plan, SubtaskResult, SubtaskStatus
@@ -51,10 +52,6 @@ RAISE_BUDGET_UPDATE = "raise_budget"
 # The state a new run would continue from (what continue-as-new carries); answered by a
 # replay of a closed run too, which is how ``dplan retry`` reads a failed plan.
 CARRIED_STATE_QUERY = "carried_state"
-
-
-class OperatorError(ValueError):
-    """A request that cannot be carried out; the message names the problem."""
 
 
 class _Request(BaseModel):

@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from durable_plans._errors import PlanDataError
 from durable_plans.domain.models import Plan, PlanDataRef, Subtask
 from durable_plans.domain.plan_loader import MAX_PLAN_BYTES
 
@@ -71,10 +72,6 @@ PACKED_FIELD: Final = "packed_plan"
 # In a continued run's packed progress (``PlanInput.carried``): the lean plan's subtasks,
 # which its ``plan`` then leaves out.
 CARRIED_SUBTASKS: Final = "subtasks"
-
-
-class PlanDataError(ValueError):
-    """Plan data that cannot be used: one line saying which and why."""
 
 
 class PackedPlan(BaseModel):

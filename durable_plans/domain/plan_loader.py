@@ -26,13 +26,13 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
+from durable_plans._errors import PlanValidationError, TextFormatError
 from durable_plans.domain.agents import APPROVABLE_TOOL_NAMES
 from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
 from durable_plans.domain.approval_rules import ApprovalPolicy, policy_problems
 from durable_plans.domain.checks import check_problems, check_rounds_problems
 from durable_plans.domain.models import Notify, Plan, Subtask
 from durable_plans.domain.problems import (
-    ProblemsError,
     capped,
     check_fields,
     closest,
@@ -43,13 +43,7 @@ from durable_plans.domain.problems import (
     unknown_name,
 )
 from durable_plans.domain.scheduling import CYCLE_DISPLAY_LIMIT, find_cycles, format_cycle
-from durable_plans.domain.text_formats import (
-    TextFormatError,
-    parse_json,
-    parse_yaml,
-    quote,
-    read_text_file,
-)
+from durable_plans.domain.text_formats import parse_json, parse_yaml, quote, read_text_file
 from durable_plans.domain.webhook import notify_problems
 
 # A plan file's size and subtask count; what else limits a plan's size is what it travels
@@ -75,10 +69,6 @@ ID_RULE: Final = "use 1-128 of A-Z a-z 0-9 _ . - and start with a letter or digi
 _YAML_SUFFIXES: Final = (".yaml", ".yml")
 # difflib over thousands of ids for thousands of typos would dominate validation time.
 _SUGGESTION_BUDGET: Final = 50
-
-
-class PlanValidationError(ProblemsError):
-    """Why a plan was rejected: one human-readable line per problem."""
 
 
 def is_valid_id(value: str) -> bool:

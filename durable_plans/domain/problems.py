@@ -21,6 +21,7 @@ from typing import Any, Final
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
+from durable_plans._errors import ProblemsError
 from durable_plans.domain.text_formats import one_line, quote
 
 __all__ = [
@@ -44,23 +45,6 @@ MAX_REPORTED_PROBLEMS: Final = 100
 
 # How alike a typo and a name must be for the name to be suggested (difflib's ratio).
 _SUGGESTION_CUTOFF: Final = 0.6
-
-
-class ProblemsError(ValueError):
-    """A rejected input: one human-readable line per problem (never none), printable as
-    is and picklable (it crosses process and data-converter boundaries)."""
-
-    def __init__(self, problems: Iterable[str]) -> None:
-        self.problems: tuple[str, ...] = tuple(problems)
-        if not self.problems:
-            raise ValueError(f"{type(self).__name__} needs at least one problem")
-        super().__init__(*self.problems)
-
-    def __str__(self) -> str:
-        return "\n".join(self.problems)
-
-    def __reduce__(self) -> tuple[type[ProblemsError], tuple[tuple[str, ...]]]:
-        return (type(self), (self.problems,))
 
 
 # --------------------------------------------------------------------------- lines

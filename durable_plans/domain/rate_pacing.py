@@ -23,12 +23,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from durable_plans._errors import RateLimitConfigError
+
 WILDCARD = "*"
 _ENTRY = re.compile(r"^(?P<model>[^=\s]+)\s*=\s*(?P<spec>.+)$")
-
-
-class RateLimitConfigError(ValueError):
-    """A malformed ``DPLAN_RATE_LIMITS`` value, named with what was wrong."""
 
 
 @dataclass(frozen=True)

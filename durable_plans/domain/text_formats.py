@@ -13,20 +13,13 @@ only function here that does I/O). PyYAML is imported only when YAML is actually
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
+from durable_plans._errors import TextFormatError
+
 QUOTE_LIMIT: Final = 60
-
-
-class TextFormatError(ValueError):
-    """The text could not be read; ``problems`` holds one line each."""
-
-    def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = tuple(problems)
-        super().__init__("\n".join(self.problems))
 
 
 def quote(value: object) -> str:

@@ -22,6 +22,7 @@ import re
 from typing import Final
 from urllib.parse import urlsplit
 
+from durable_plans._errors import WebhookSecretError
 from durable_plans.domain.models import Notify
 from durable_plans.domain.secrets import contains_secret
 
@@ -48,10 +49,6 @@ ENV_NAME_PATTERN: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 MAX_URL_CHARS: Final = 2048
 MIN_DELIVER_FOR_S: Final = 1.0
 MAX_DELIVER_FOR_S: Final = 7 * 24 * 3600.0
-
-
-class WebhookSecretError(ValueError):
-    """The signing secret is missing or malformed; the message names the variable only."""
 
 
 def notify_problems(notify: Notify) -> list[str]:

@@ -14,8 +14,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from durable_plans._errors import MessageIdRequired
 from durable_plans.domain.models import Message, SessionMeta, Usage
-from durable_plans.session_store.base import MessageIdRequired
 
 
 class Row(NamedTuple):

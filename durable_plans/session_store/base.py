@@ -11,64 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from durable_plans._errors import DurablePlansError
 from durable_plans.domain.models import Message, SessionMeta, Usage
-
-
-class SessionStoreError(DurablePlansError):
-    """Base of the store's own errors; part of the one hierarchy, so a caller that opens
-    a store through the client's paths catches it with everything else."""
-
-
-class SessionStoreUnavailable(SessionStoreError):
-    """The store could not be opened: which one (``target``, never with a password) and
-    why (``reason``), as one line a person can act on."""
-
-    def __init__(self, target: str, reason: str) -> None:
-        super().__init__(f"session store {target}: {reason}")
-        self.target = target
-        self.reason = reason
-
-
-class InvalidStoreTarget(SessionStoreUnavailable, ValueError):
-    """The store's target itself is malformed (an unknown scheme, a bad port, an empty
-    path): a configuration mistake, found before anything is contacted."""
-
-
-class SessionNotFound(SessionStoreError, KeyError):
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"session not found: {session_id}")
-        self.session_id = session_id
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class SnapshotNotFound(SessionStoreError, KeyError):
-    def __init__(self, snapshot_id: str) -> None:
-        super().__init__(f"snapshot not found: {snapshot_id}")
-        self.snapshot_id = snapshot_id
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class MessageIdRequired(SessionStoreError, ValueError):
-    """Appends need deterministic ids; an empty one would defeat retry idempotency."""
-
-
-class SnapshotSessionMismatch(SessionStoreError, ValueError):
-    """A snapshot belongs to the session it was taken from; using it with another session
-    would silently graft a foreign history, so it is refused."""
-
-    def __init__(self, snapshot_id: str, owner_session_id: str, session_id: str) -> None:
-        super().__init__(
-            f"snapshot {snapshot_id!r} belongs to session {owner_session_id!r}, "
-            f"not to session {session_id!r}"
-        )
-        self.snapshot_id = snapshot_id
-        self.owner_session_id = owner_session_id
-        self.session_id = session_id
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,8 @@ import re
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from durable_plans.session_store.base import (
-    InvalidStoreTarget,
-    SessionStore,
-    SessionStoreUnavailable,
-)
+from durable_plans._errors import InvalidStoreTarget, SessionStoreUnavailable
+from durable_plans.session_store.base import SessionStore
 
 ENV_VAR = "DPLAN_SESSION_STORE"
 DEFAULT_TARGET = ".dplan/sessions.db"

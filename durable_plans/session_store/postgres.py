@@ -27,15 +27,15 @@ from typing import Any
 
 import asyncpg
 
-from durable_plans.domain.models import Message, SessionMeta, Usage
-from durable_plans.session_store import _codec
-from durable_plans.session_store.base import (
+from durable_plans._errors import (
     SessionNotFound,
     SessionStoreError,
     SnapshotNotFound,
     SnapshotSessionMismatch,
-    WaitTally,
 )
+from durable_plans.domain.models import Message, SessionMeta, Usage
+from durable_plans.session_store import _codec
+from durable_plans.session_store.base import WaitTally
 
 SCHEMA_VERSION = 3
 # First key of the two-key advisory lock taken while creating or migrating a schema.

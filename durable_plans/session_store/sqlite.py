@@ -38,16 +38,16 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from durable_plans.domain.models import Message, SessionMeta, Usage
-from durable_plans.session_store import _codec
-from durable_plans.session_store.base import (
+from durable_plans._errors import (
     SessionNotFound,
     SessionStoreError,
     SessionStoreUnavailable,
     SnapshotNotFound,
     SnapshotSessionMismatch,
-    WaitTally,
 )
+from durable_plans.domain.models import Message, SessionMeta, Usage
+from durable_plans.session_store import _codec
+from durable_plans.session_store.base import WaitTally
 
 SCHEMA_VERSION = 3
 _BUSY_TIMEOUT_MS = 30_000

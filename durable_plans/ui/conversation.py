@@ -1,7 +1,7 @@
 """A subtask's conversation, read from the session store the workers write.
 
-The store is opened as the CLI opens it (``DPLAN_SESSION_STORE``, through
-``open_session_store``), lazily and once: a UI that cannot reach the store still draws
+The page reads it through ``Client.messages``, which opens the store as the CLI opens it
+(``DPLAN_SESSION_STORE``), lazily and once: a UI that cannot reach the store still draws
 plans, and the panel says why the conversation is missing. Every text leaves here with
 its secrets scrubbed (``domain/secrets.py``), whatever the workers already did.
 
@@ -12,15 +12,14 @@ attempt).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from durable_plans._errors import DurablePlansError
+from durable_plans.client import Client, DurablePlansError
 from durable_plans.domain.ids import attempt_key, branch_session_id, plan_run_id, plan_session_id
 from durable_plans.domain.models import Message, Plan, SubtaskResult
 from durable_plans.domain.secrets import scrub_secrets
-from durable_plans.session_store import SessionNotFound, SessionStore, SessionStoreError
-from durable_plans.session_store.factory import describe_store_target, open_session_store
+from durable_plans.session_store import SessionNotFound, SessionStoreError
+from durable_plans.session_store.factory import describe_store_target
 
 __all__ = ["Conversations", "message_json", "running_session_id"]
 
@@ -73,35 +72,26 @@ def running_session_id(plan: Plan, first_run_id: str, result: SubtaskResult) -> 
 
 
 class Conversations:
-    """The session store of ``target``, opened on first use."""
+    """Subtasks' conversations, read through ``Client.messages`` (the workers' session
+    store, opened by the client on first use and closed with ``close``)."""
 
-    def __init__(self, target: str) -> None:
-        self._target = target
-        self._store: SessionStore | None = None
-        self._lock = asyncio.Lock()
-
-    async def _opened(self) -> SessionStore:
-        async with self._lock:
-            if self._store is None:
-                self._store = await open_session_store(self._target)
-            return self._store
+    def __init__(self, client: Client) -> None:
+        self._client = client
 
     async def messages(self, session_id: str) -> dict[str, Any]:
         """``{"session_id", "messages"}`` or ``{"session_id", "unavailable": why}``."""
         try:
-            store = await self._opened()
-            messages = await store.read(session_id)
+            messages = await self._client.messages(session_id)
         except SessionNotFound:
+            target = self._client.settings.session_store
             return {
                 "session_id": session_id,
                 "unavailable": f"no conversation {session_id!r} in the session store "
-                f"({describe_store_target(self._target)}) yet",
+                f"({describe_store_target(target)}) yet",
             }
         except (SessionStoreError, DurablePlansError, OSError) as err:
             return {"session_id": session_id, "unavailable": f"session store: {err}"}
         return {"session_id": session_id, "messages": [message_json(m) for m in messages]}
 
     async def close(self) -> None:
-        if self._store is not None:
-            await self._store.close()
-            self._store = None
+        await self._client.close()

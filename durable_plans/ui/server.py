@@ -23,24 +23,23 @@ from typing import Any, TextIO
 from aiohttp import web
 from temporalio.service import RPCError
 
-from durable_plans._errors import (
-    DurablePlansError,
-    InvalidArgument,
-    PlanNotFound,
-    Refused,
-    StatusUnavailable,
-    TemporalUnreachable,
-)
 from durable_plans.client import (
     ApprovalWaiting,
     Client,
+    DurablePlansError,
+    InvalidArgument,
     PlanEnded,
+    PlanNotFound,
+    Refused,
+    StatusUnavailable,
     SubtaskChanged,
+    TemporalUnreachable,
     TextStreamed,
+    operator_action,
 )
-from durable_plans.client._plans import ui_base_for, web_url
 from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.temporal_client import ui_base_for, web_url
 from durable_plans.ui.conversation import Conversations, running_session_id
 from durable_plans.ui.diff import subtask_diff
 from durable_plans.ui.security import UiSecurity, harden
@@ -337,41 +336,60 @@ async def _control(request: web.Request) -> web.StreamResponse:
 
 
 async def _do(client: Client, plan_id: str, action: str, body: Json) -> Json:
-    """One control, through the client; the answer's ``message`` is what the CLI says."""
-    if action == "approve":
-        call = _string(body, "call")
-        assert call is not None
-        arguments = _string(body, "arguments", required=False)
-        decision = await client.approve(plan_id, call, arguments=arguments or None)
-        what = "approved" + (" with edited arguments" if decision.arguments else "")
-        return {"message": f"{call}: {what} by {decision.who}"}
-    if action == "reject":
-        call = _string(body, "call")
-        assert call is not None
-        reason = body.get("reason")
-        if not isinstance(reason, str):
-            raise _bad("a rejection needs a reason: the model reads it")
-        decision = await client.reject(plan_id, call, reason=reason)
-        return {"message": f"{call}: rejected by {decision.who}"}
-    if action in ("resume", "skip"):
-        subtask = _string(body, "subtask")
-        assert subtask is not None
-        act = client.resume if action == "resume" else client.skip
-        return {"message": await act(plan_id, subtask)}
-    if action == "budget":
-        resumed = await client.raise_budget(
-            plan_id,
-            max_tokens=_number(body, "max_tokens", int),
-            max_cost_usd=_number(body, "max_cost_usd", float),
-        )
-        names = ", ".join(resumed) if resumed else "none"
-        return {"message": f"budget set; resumed: {names}", "resumed": resumed}
-    if action == "cancel":
-        await client.cancel(plan_id)
-        return {"message": f"plan '{plan_id}' asked to stop"}
-    if action == "retry":
-        return await _retry(client, plan_id, body)
-    raise _bad(f"unknown action {action!r}")
+    """One control, through the client; the answer's ``message`` is what the CLI says.
+
+    The actions are the operator's table (``OPERATOR_ACTIONS``, shared with the CLI);
+    ``CONTROLS`` reads each one's arguments from the body."""
+    known = operator_action(action)
+    if known is None:
+        raise _bad(f"unknown action {action!r}")
+    return await CONTROLS[known.name](client, plan_id, body)
+
+
+async def _approve(client: Client, plan_id: str, body: Json) -> Json:
+    call = _string(body, "call")
+    assert call is not None
+    arguments = _string(body, "arguments", required=False)
+    decision = await client.approve(plan_id, call, arguments=arguments or None)
+    what = "approved" + (" with edited arguments" if decision.arguments else "")
+    return {"message": f"{call}: {what} by {decision.who}"}
+
+
+async def _reject(client: Client, plan_id: str, body: Json) -> Json:
+    call = _string(body, "call")
+    assert call is not None
+    reason = body.get("reason")
+    if not isinstance(reason, str):
+        raise _bad("a rejection needs a reason: the model reads it")
+    decision = await client.reject(plan_id, call, reason=reason)
+    return {"message": f"{call}: rejected by {decision.who}"}
+
+
+async def _resume(client: Client, plan_id: str, body: Json) -> Json:
+    subtask = _string(body, "subtask")
+    assert subtask is not None
+    return {"message": await client.resume(plan_id, subtask)}
+
+
+async def _skip(client: Client, plan_id: str, body: Json) -> Json:
+    subtask = _string(body, "subtask")
+    assert subtask is not None
+    return {"message": await client.skip(plan_id, subtask)}
+
+
+async def _budget(client: Client, plan_id: str, body: Json) -> Json:
+    resumed = await client.raise_budget(
+        plan_id,
+        max_tokens=_number(body, "max_tokens", int),
+        max_cost_usd=_number(body, "max_cost_usd", float),
+    )
+    names = ", ".join(resumed) if resumed else "none"
+    return {"message": f"budget set; resumed: {names}", "resumed": resumed}
+
+
+async def _cancel(client: Client, plan_id: str, body: Json) -> Json:
+    await client.cancel(plan_id)
+    return {"message": f"plan '{plan_id}' asked to stop"}
 
 
 async def _retry(client: Client, plan_id: str, body: Json) -> Json:
@@ -405,6 +423,20 @@ async def _retry_with_changes(
     return await client.retry(plan_id, subtasks or None, changes=data)
 
 
+Control = Callable[[Client, str, Json], Awaitable[Json]]
+
+CONTROLS: Mapping[str, Control] = {
+    "approve": _approve,
+    "reject": _reject,
+    "resume": _resume,
+    "skip": _skip,
+    "budget": _budget,
+    "cancel": _cancel,
+    "retry": _retry,
+}
+"""The page's control of each operator action, by its name in ``OPERATOR_ACTIONS``."""
+
+
 # --------------------------------------------------------------------------- the app
 
 
@@ -419,7 +451,7 @@ def build_app(client: Client, security: UiSecurity) -> web.Application:
     app[_CLIENT] = client
     app[_SECURITY] = security
     app[_DEFINITIONS] = PlanDefinitions(client)
-    app[_CONVERSATIONS] = Conversations(client.settings.session_store)
+    app[_CONVERSATIONS] = Conversations(client)
     app[_INDEX] = _index_html(security)
     app.router.add_get("/", _index)
     app.router.add_static("/static/", static_dir(), follow_symlinks=False)

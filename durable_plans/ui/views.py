@@ -16,18 +16,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from durable_plans._errors import DurablePlansError
 from durable_plans.client import Client, PendingCall, PlanSummary
-from durable_plans.client._plans import describe_plan, ui_base_for, web_url
 from durable_plans.domain.checks import CheckRun
-from durable_plans.domain.inputs import InvalidInput, plan_input_from_value
 from durable_plans.domain.models import Plan, PlanReport, SubtaskResult, Usage
-from durable_plans.domain.plan_data import PlanDataError, with_carried_subtasks
 from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.temporal_client import ui_base_for, web_url
 
 __all__ = [
     "PlanDefinitions",
@@ -155,32 +151,10 @@ class PlanDefinitions:
 
     async def plan(self, plan_id: str) -> Plan:
         """The plan its latest run runs; ``PlanNotFound`` for an unknown id."""
-        description = await describe_plan(self.client.temporal, plan_id)
-        info = description.raw_description.workflow_execution_info
-        self.first_run[plan_id] = info.first_run_id or description.run_id
-        key = (plan_id, description.run_id)
-        cached = self._by_run.get(key)
-        if cached is not None:
-            return cached
-        handle = self.client.temporal.get_workflow_handle(plan_id, run_id=description.run_id)
-        async for event in handle.fetch_history_events():
-            if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-                break
-            payloads = event.workflow_execution_started_event_attributes.input.payloads
-            if not payloads:
-                break
-            values = await self.client.temporal.data_converter.decode(list(payloads))
-            try:
-                value = with_carried_subtasks(values[0])
-                plan = plan_input_from_value(value, workflow_id=plan_id).plan
-            except (InvalidInput, PlanDataError) as err:
-                problems = err.problems if isinstance(err, InvalidInput) else [str(err)]
-                raise DurablePlansError(
-                    f"plan '{plan_id}' has an invalid input: {'; '.join(problems)}"
-                ) from None
-            self._by_run[key] = plan
-            return plan
-        raise DurablePlansError(f"plan '{plan_id}' has no input to read its subtasks from")
+        run = await self.client.plan_run(plan_id, known=self._by_run)
+        self.first_run[plan_id] = run.first_run_id
+        self._by_run[(plan_id, run.run_id)] = run.plan
+        return run.plan
 
 
 async def timeline_json(client: Client, plan_id: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from durable_plans._errors import OperatorError
     from durable_plans.domain.failures import FailureType, application_error
     from durable_plans.domain.models import (
         Budget,
@@ -39,7 +40,6 @@ with workflow.unsafe.imports_passed_through():
         RESUME_UPDATE,
         SKIP_UPDATE,
         BudgetRequest,
-        OperatorError,
         SubtaskRequest,
         merged_budget,
         paused_problem,

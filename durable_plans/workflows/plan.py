@@ -36,6 +36,7 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
+    from durable_plans._errors import InvalidInput, PlanDataError
     from durable_plans.domain.agents import BUILTIN_CATALOG, MAX_TURNS, SPAWN_TOOL, AgentCatalog
     from durable_plans.domain.checks import CheckRun, failure_line
     from durable_plans.domain.contracts import (
@@ -72,7 +73,7 @@ with workflow.unsafe.imports_passed_through():
         subtask_scope,
         subtask_workflow_id,
     )
-    from durable_plans.domain.inputs import InvalidInput, plan_input_from_value
+    from durable_plans.domain.inputs import plan_input_from_value
     from durable_plans.domain.models import (
         ErrorInfo,
         ModelUsage,
@@ -89,7 +90,6 @@ with workflow.unsafe.imports_passed_through():
         CARRIED_SUBTASKS,
         PACKED_FIELD,
         PackedPlan,
-        PlanDataError,
         PlanDataRef,
         pack,
         unpack,
@@ -505,7 +505,7 @@ class PlanWorkflow(PauseHandlers):
             why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
             raise ApplicationError(
                 f"plan {plan_id!r} cannot run: {why}",
-                type="PlanDataUnavailable",
+                type=FailureType.PLAN_DATA_UNAVAILABLE.value,
                 non_retryable=True,
             ) from None
         return out
@@ -697,7 +697,7 @@ class PlanWorkflow(PauseHandlers):
             raise ApplicationError(
                 f"plan {plan.id!r} cannot start: listing the tools of MCP servers "
                 f"{', '.join(servers)} failed: {why}",
-                type="McpToolsUnavailable",
+                type=FailureType.MCP_TOOLS_UNAVAILABLE.value,
                 non_retryable=True,
             ) from None
         return listed.servers

@@ -358,7 +358,7 @@ def mcp_list_retry() -> RetryPolicy:
     """Listing MCP servers' tools: three attempts (a server slow to start gets another
     chance), none for a server configured wrongly (``McpConfig``), which a person must fix.
     A function: the policy holds a list (see ``workspace_retry``)."""
-    return RetryPolicy(maximum_attempts=3, non_retryable_error_types=["McpConfig"])
+    return RetryPolicy(maximum_attempts=3, non_retryable_error_types=[FailureType.MCP_CONFIG.value])
 
 
 def mcp_call_start_to_close(timeout_s: float) -> timedelta:
@@ -374,5 +374,5 @@ def mcp_call_retry(max_attempts: int) -> RetryPolicy:
         maximum_attempts=max_attempts,
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=10),
-        non_retryable_error_types=["McpConfig"],
+        non_retryable_error_types=[FailureType.MCP_CONFIG.value],
     )

@@ -19,7 +19,7 @@ from temporalio.common import RawValue
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from durable_plans.domain.inputs import InvalidInput
+    from durable_plans._errors import InvalidInput
     from durable_plans.domain.plan_loader import MAX_PLAN_BYTES
     from durable_plans.domain.text_formats import one_line
 

@@ -35,6 +35,7 @@ from temporalio.exceptions import (
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from durable_plans._errors import InvalidInput
     from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
     from durable_plans.domain.approval_rules import ApprovalDecision
     from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput, ToolCallRef
@@ -51,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
         switch_note_id,
         user_message_id,
     )
-    from durable_plans.domain.inputs import InvalidInput, session_input_from_value
+    from durable_plans.domain.inputs import session_input_from_value
     from durable_plans.domain.models import Message, Plan, PlanReport, PlanStatus
     from durable_plans.domain.session_contracts import (
         ACT_ANSWER_TOOL,

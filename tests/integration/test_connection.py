@@ -27,10 +27,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans import TemporalUnreachable
-from durable_plans.client._plans import connect
 from durable_plans.connection import TemporalAccess
 from durable_plans.embedded import EmbeddedTemporal, free_port
 from durable_plans.settings import Settings
+from durable_plans.temporal_client import connect
 from tests.certs import CLIENT_NAME, SERVER_NAME, Pki, make_pki
 from tests.integration.conftest import temporal_binary
 from tests.integration.tls_proxy import TlsProxy

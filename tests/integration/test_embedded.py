@@ -29,14 +29,13 @@ with workflow.unsafe.imports_passed_through():
     from rich.console import Console
 
     from durable_plans import InvalidPlan, PlanAlreadyRunning, PlanNotFound, TemporalUnreachable
+    from durable_plans._errors import EmbeddedServerError, WorkerDied
     from durable_plans.cli.progress import follow_progress, render_report
     from durable_plans.client._plans import (
-        connect,
         plan_status,
         query_status,
         start_plan,
         wait_for_report,
-        web_url,
         worker_count,
     )
     from durable_plans.domain.contracts import PlanInput
@@ -51,9 +50,7 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
     from durable_plans.embedded import (
-        EmbeddedServerError,
         EmbeddedTemporal,
-        WorkerDied,
         free_port,
         is_reachable,
         run_in_process_worker,
@@ -62,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_plans.session_store import SessionStore
     from durable_plans.session_store.factory import open_session_store
     from durable_plans.settings import Settings
+    from durable_plans.temporal_client import connect, web_url
     from durable_plans.worker import run_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]

@@ -20,16 +20,11 @@ from google.protobuf.message import Message as ProtoMessage
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
 
+from durable_plans._errors import PayloadKeyError
 from durable_plans.cli.replay_command import replay_command
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
-from durable_plans.payload_codec import (
-    ENCODING,
-    EncryptionCodec,
-    PayloadKeyError,
-    PayloadKeyring,
-    key_ids_in,
-)
+from durable_plans.payload_codec import ENCODING, EncryptionCodec, PayloadKeyring, key_ids_in
 from durable_plans.plugin import DurablePlansPlugin, client_carrying
 from durable_plans.sandbox_runner import ContextFreeSandboxedRunner
 from durable_plans.settings import Settings

@@ -21,9 +21,9 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.cli.main import main
-from durable_plans.client._visibility import check_search_attributes
 from durable_plans.domain import search_attributes as sa
 from durable_plans.domain.models import PlanStatus
+from durable_plans.namespace_setup import check_search_attributes
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.testing import FakeProvider
 from durable_plans.workflows.visibility import PROGRESS_INTERVAL

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from durable_plans._errors import AgentsFileError, UnknownAgentError
 from durable_plans.domain.agents import (
     BUILTIN_AGENT_NAMES,
     BUILTIN_AGENT_SPECS,
@@ -23,13 +24,11 @@ from durable_plans.domain.agents import (
     WORKSPACE_TOOL_NAMES,
     AgentCatalog,
     AgentSpec,
-    UnknownAgentError,
     agent_spec,
 )
 from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
 from durable_plans.domain.agents_loader import (
     MAX_AGENTS_FILE_BYTES,
-    AgentsFileError,
     load_agents_file,
     load_catalog,
     parse_agents_data,

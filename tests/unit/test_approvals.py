@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from durable_plans._errors import AgentsFileError, PlanValidationError
 from durable_plans.domain.agents import APPROVABLE_TOOL_NAMES, BUILTIN_CATALOG, KNOWN_TOOL_NAMES
-from durable_plans.domain.agents_loader import AgentsFileError, parse_agents_data
+from durable_plans.domain.agents_loader import parse_agents_data
 from durable_plans.domain.approval_rules import (
     DEFAULT_APPROVAL_TOOLS,
     ApprovalPolicy,
@@ -14,7 +15,7 @@ from durable_plans.domain.approval_rules import (
     needs_approval,
     split_call_id,
 )
-from durable_plans.domain.plan_loader import PlanValidationError, plan_from_data
+from durable_plans.domain.plan_loader import plan_from_data
 from durable_plans.domain.session_contracts import CREATE_PLAN_TOOL, SWITCH_TOOL
 
 SUBTASKS = [{"id": "a", "description": "do it"}]

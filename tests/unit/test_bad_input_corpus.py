@@ -25,10 +25,11 @@ from typing import Any
 import pytest
 
 import durable_plans.cli.run_command as run_command
+from durable_plans._errors import AgentsFileError, PlanValidationError
 from durable_plans.cli._common import Exit
 from durable_plans.cli.main import main
-from durable_plans.domain.agents_loader import AgentsFileError, load_agents_file
-from durable_plans.domain.plan_loader import MAX_PLAN_BYTES, PlanValidationError, load_plan_file
+from durable_plans.domain.agents_loader import load_agents_file
+from durable_plans.domain.plan_loader import MAX_PLAN_BYTES, load_plan_file
 from durable_plans.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -41,8 +41,8 @@ from durable_plans.cli.chat_render import (
 )
 from durable_plans.cli.main import build_parser
 from durable_plans.cli.plan_command import plan_goal_command
-from durable_plans.cli.session_client import check_session_id, new_session_id
 from durable_plans.cli.stdin_lines import StdinLines
+from durable_plans.client import check_session_id, new_session_id
 from durable_plans.domain.models import FunctionCall, Message, ToolCall, Usage
 from durable_plans.domain.session_contracts import (
     AgentSwitchEvent,

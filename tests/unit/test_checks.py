@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from durable_plans._errors import AgentsFileError, PlanValidationError
 from durable_plans.activities.checks import _run_one, throwaway_copy
 from durable_plans.activities.conversation import model_written_checks
 from durable_plans.activities.git_workspace import GitWorkspace
 from durable_plans.cli.progress import render_report
-from durable_plans.domain.agents_loader import AgentsFileError, parse_agents_data
+from durable_plans.domain.agents_loader import parse_agents_data
 from durable_plans.domain.checks import (
     CheckRun,
     feedback_message,
@@ -30,7 +31,7 @@ from durable_plans.domain.models import (
     SubtaskResult,
     SubtaskStatus,
 )
-from durable_plans.domain.plan_loader import PlanValidationError, plan_from_data
+from durable_plans.domain.plan_loader import plan_from_data
 from durable_plans.settings import Settings
 from durable_plans.ui.views import report_json, result_json
 from tests import gitrepos

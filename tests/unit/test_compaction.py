@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from durable_plans._errors import SettingsError
 from durable_plans.cli.chat_render import compaction_line, history_line
 from durable_plans.domain.agents_loader import load_catalog
 from durable_plans.domain.compaction import (
@@ -33,7 +34,7 @@ from durable_plans.domain.compaction import (
 from durable_plans.domain.history import isolate_for_subtask
 from durable_plans.domain.models import FunctionCall, Message, ToolCall, Usage
 from durable_plans.domain.tool_ids import strict_violations
-from durable_plans.settings import Settings, SettingsError
+from durable_plans.settings import Settings
 
 BIG = "x" * 600
 

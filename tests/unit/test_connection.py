@@ -18,15 +18,15 @@ from temporalio.client import Client
 from temporalio.service import TLSConfig
 
 from durable_plans import TemporalUnreachable
-from durable_plans.client._plans import connect, ui_base_for, web_url
+from durable_plans._errors import SettingsError, TemporalConfigError
 from durable_plans.connection import (
     TemporalAccess,
-    TemporalConfigError,
     connect_options,
     describe_connection,
     resolve_temporal,
 )
-from durable_plans.settings import Settings, SettingsError
+from durable_plans.settings import Settings
+from durable_plans.temporal_client import connect, ui_base_for, web_url
 from tests.certs import SERVER_NAME, Pki, make_pki
 
 API_KEY = "tmprl-test-key-0123456789abcdef"

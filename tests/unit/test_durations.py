@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from durable_plans.domain.durations import DurationError, format_duration, parse_duration
-from durable_plans.settings import DEFAULT_TREE_RETENTION, Settings, SettingsError
+from durable_plans._errors import DurationError, SettingsError
+from durable_plans.domain.durations import format_duration, parse_duration
+from durable_plans.settings import DEFAULT_TREE_RETENTION, Settings
 
 
 @pytest.mark.parametrize(

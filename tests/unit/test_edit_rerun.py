@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from durable_plans import InvalidArgument, SubtaskChanges
+from durable_plans._errors import OperatorError, PlanValidationError
 from durable_plans.cli._common import Exit
 from durable_plans.cli.main import build_parser, main
 from durable_plans.cli.run_command import describe_edit
@@ -28,14 +29,13 @@ from durable_plans.domain.models import (
     Usage,
 )
 from durable_plans.domain.operations import (
-    OperatorError,
     SubtaskEdit,
     change_problems,
     edited_plan,
     retry_input,
     with_agents_of,
 )
-from durable_plans.domain.plan_loader import PlanValidationError, plan_from_data, validate_plan
+from durable_plans.domain.plan_loader import plan_from_data, validate_plan
 
 # a -> b -> c, and d on its own.
 PLAN = Plan(

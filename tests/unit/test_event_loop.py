@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from durable_plans import event_loop, worker
-from durable_plans.settings import Settings, SettingsError
+from durable_plans._errors import SettingsError
+from durable_plans.settings import Settings
 
 
 async def loop_module() -> str:

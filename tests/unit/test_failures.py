@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, RetryState
 
+from durable_plans._errors import MalformedDetails
 from durable_plans.domain.contracts import SubtaskFailureDetails
 from durable_plans.domain.failures import (
     NON_RETRYABLE_LLM_FAILURES,
     FailureType,
-    MalformedDetails,
     activity_failure,
     application_error,
     describe_failure,
@@ -64,6 +64,10 @@ PERSISTED = {
     "WebhookMisconfigured",
     "WebhookUnavailable",
     "ApplicationError",
+    # Persisted before they joined the registry (as literals): the same names.
+    "PlanDataUnavailable",
+    "McpConfig",
+    "McpToolsUnavailable",
 }
 
 

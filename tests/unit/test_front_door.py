@@ -85,7 +85,7 @@ def test_every_error_the_client_raises_is_one_hierarchy() -> None:
     ]
     assert len(errors) >= 7
     assert all(issubclass(e, base) for e in errors), errors
-    from durable_plans.embedded import EmbeddedServerError, WorkerDied
+    from durable_plans._errors import EmbeddedServerError, WorkerDied
 
     assert issubclass(EmbeddedServerError, base) and issubclass(WorkerDied, base)
     assert issubclass(durable_plans.InvalidArgument, ValueError)

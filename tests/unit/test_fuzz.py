@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from durable_plans._errors import AgentsFileError, PlanValidationError
 from durable_plans.domain.agents import KNOWN_TOOL_NAMES, AgentCatalog
 from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
 from durable_plans.domain.agents_loader import (
-    AgentsFileError,
     is_valid_agent_name,
     parse_agents_data,
     parse_agents_text,
@@ -36,12 +36,7 @@ from durable_plans.domain.history import (
     switch_agent_cleanup,
 )
 from durable_plans.domain.models import FunctionCall, Message, Plan, ToolCall
-from durable_plans.domain.plan_loader import (
-    PlanValidationError,
-    parse_plan_text,
-    plan_from_data,
-    validate_plan,
-)
+from durable_plans.domain.plan_loader import parse_plan_text, plan_from_data, validate_plan
 from durable_plans.domain.secrets import contains_secret, scrub_secrets, scrub_value
 from durable_plans.domain.tool_ids import repair_tool_pairing, strict_violations
 from durable_plans.domain.tools_config import CommandPolicy

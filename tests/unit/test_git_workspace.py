@@ -21,12 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from durable_plans.activities.git_run import (
-    WorkspaceBusy,
-    WorkspaceConflict,
-    WorkspaceUnavailable,
-    redact_url,
-)
+from durable_plans._errors import WorkspaceBusy, WorkspaceConflict, WorkspaceUnavailable
+from durable_plans.activities.git_run import redact_url
 from durable_plans.activities.git_workspace import GitWorkspace, tool_commit_message
 from durable_plans.domain.workspace_refs import (
     GitIdentity,

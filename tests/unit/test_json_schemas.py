@@ -9,13 +9,10 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from durable_plans._errors import InvalidInput
 from durable_plans.cli.main import main
 from durable_plans.domain.contracts import PlanInput
-from durable_plans.domain.inputs import (
-    InvalidInput,
-    plan_id_for_workflow,
-    plan_input_from_value,
-)
+from durable_plans.domain.inputs import plan_id_for_workflow, plan_input_from_value
 from durable_plans.domain.json_schemas import SCHEMAS, schema_files
 from durable_plans.domain.models import ErrorInfo, PlanReport, SubtaskResult, SubtaskStatus, Usage
 from durable_plans.domain.plan_loader import load_plan_file

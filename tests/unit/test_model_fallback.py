@@ -15,6 +15,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from durable_plans._errors import AgentsFileError, SettingsError
 from durable_plans.activities.llm import LlmActivities, import_litellm
 from durable_plans.activities.llm_errors import LlmErrorClass, classify_llm_error
 from durable_plans.activities.model_choice import (
@@ -23,7 +24,7 @@ from durable_plans.activities.model_choice import (
     may_try_next,
     model_chain,
 )
-from durable_plans.domain.agents_loader import AgentsFileError, parse_agents_data
+from durable_plans.domain.agents_loader import parse_agents_data
 from durable_plans.domain.contracts import LlmCallInput
 from durable_plans.domain.ids import assistant_message_id
 from durable_plans.domain.models import (
@@ -36,7 +37,7 @@ from durable_plans.domain.models import (
 )
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
-from durable_plans.settings import Settings, SettingsError
+from durable_plans.settings import Settings
 from durable_plans.testing import FakeProvider
 
 KEY = "sk-unit-fake-000000000000000000000000000"

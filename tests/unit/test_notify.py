@@ -19,17 +19,13 @@ from standardwebhooks import Webhook
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from durable_plans._errors import PlanValidationError, WebhookSecretError
 from durable_plans.activities.webhook_delivery import MAX_RETRY_AFTER, NotifyActivities, retry_after
 from durable_plans.domain.contracts import WebhookAttempt, WebhookInput
 from durable_plans.domain.failures import FailureType
 from durable_plans.domain.models import Notify, PlanReport, SubtaskResult, SubtaskStatus
-from durable_plans.domain.plan_loader import PlanValidationError, plan_from_data
-from durable_plans.domain.webhook import (
-    WebhookSecretError,
-    notify_problems,
-    signature_headers,
-    signing_key,
-)
+from durable_plans.domain.plan_loader import plan_from_data
+from durable_plans.domain.webhook import notify_problems, signature_headers, signing_key
 from durable_plans.settings import Settings
 from durable_plans.workflows.policies import DEFAULT_PARAMETERS
 from tests.integration.webhook_receiver import new_secret

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from durable_plans._errors import OperatorError
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import (
     Budget,
@@ -16,7 +17,6 @@ from durable_plans.domain.models import (
 )
 from durable_plans.domain.operations import (
     BudgetRequest,
-    OperatorError,
     merged_budget,
     paused_problem,
     retry_input,

@@ -16,20 +16,20 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import DefaultFailureConverterWithEncodedAttributes
 
+from durable_plans._errors import PayloadKeyError, SettingsError
 from durable_plans.cli import main as cli
 from durable_plans.codec_server import normalize_origin, running_codec_server
 from durable_plans.payload_codec import (
     ENCODING,
     KEY_ID_METADATA,
     EncryptionCodec,
-    PayloadKeyError,
     PayloadKeyring,
     generate_key,
     keyring_from_env,
     parse_key,
 )
 from durable_plans.plugin import DurablePlansPlugin
-from durable_plans.settings import Settings, SettingsError
+from durable_plans.settings import Settings
 
 KEY_A = bytes(range(32))
 KEY_B = bytes(range(100, 132))

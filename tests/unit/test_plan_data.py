@@ -10,6 +10,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from durable_plans import InvalidPlan
+from durable_plans._errors import PlanDataError
 from durable_plans.activities.plan_data import (
     PlanDataActivities,
     get_data,
@@ -36,7 +37,6 @@ from durable_plans.domain.plan_data import (
     MAX_PACKED_BYTES,
     PACKED_FIELD,
     PackedPlan,
-    PlanDataError,
     PlanDataRef,
     full_description,
     lean_plan,

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from durable_plans._errors import PlanValidationError
 from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
 from durable_plans.domain.models import Budget, Plan, Subtask
 from durable_plans.domain.plan_loader import (
@@ -19,7 +20,6 @@ from durable_plans.domain.plan_loader import (
     MAX_PLAN_BYTES,
     MAX_REPORTED_CYCLES,
     MAX_SUBTASKS,
-    PlanValidationError,
     is_valid_id,
     load_plan_file,
     parse_plan_text,

@@ -15,6 +15,7 @@ import pytest
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.testing import ActivityEnvironment
 
+from durable_plans._errors import SettingsError
 from durable_plans.activities.llm import LlmActivities
 from durable_plans.activities.llm_patience import gave_up_sentence
 from durable_plans.domain.contracts import LlmCallInput, LlmCallOutput
@@ -23,7 +24,7 @@ from durable_plans.domain.models import Message, SessionMeta, Usage
 from durable_plans.domain.rate_pacing import format_duration
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
-from durable_plans.settings import Settings, SettingsError
+from durable_plans.settings import Settings
 from durable_plans.testing import FakeProvider
 from durable_plans.workflows.policies import RATE_LIMIT_MIN_DELAY, ActivityParameters
 

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
+from durable_plans._errors import RateLimitConfigError, SettingsError
 from durable_plans.activities.llm_errors import classify_llm_error
 from durable_plans.activities.shared_limits import (
     LimitWaitTooLong,
@@ -24,7 +25,6 @@ from durable_plans.domain.failures import FailureType
 from durable_plans.domain.rate_pacing import (
     BucketState,
     RateLimit,
-    RateLimitConfigError,
     block,
     bucket_key,
     correct,
@@ -39,7 +39,7 @@ from durable_plans.session_store.limit_rows import (
     open_rate_limit_store,
     rate_limit_target,
 )
-from durable_plans.settings import Settings, SettingsError
+from durable_plans.settings import Settings
 from durable_plans.testing import FakeProvider, FakeProviderProcess, refused_count
 from durable_plans.testing._fake_rate_limit import ProviderRateLimit
 from tests.conftest import _pg_connection

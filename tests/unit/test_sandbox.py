@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from durable_plans._errors import SandboxUnavailable
 from durable_plans.activities import sandbox
 from durable_plans.activities.sandbox import (
-    SandboxUnavailable,
     bwrap_argv,
     checked_sandbox,
     python_prefixes,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from durable_plans._errors import ListQueryError
 from durable_plans.cli.list_command import render_duration
-from durable_plans.client._visibility import ListQueryError, plan_query
+from durable_plans.client._visibility import plan_query
 from durable_plans.domain import search_attributes as sa
 
 

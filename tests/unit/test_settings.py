@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from durable_plans.settings import SCRIPTED_MODEL, Settings, SettingsError
+from durable_plans._errors import SettingsError
+from durable_plans.settings import SCRIPTED_MODEL, Settings
 
 
 def test_defaults_are_the_offline_single_host_setup() -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from durable_plans._errors import SessionStoreError
 from durable_plans.domain.models import Message, SessionMeta
 from durable_plans.session_store import sqlite as sqlite_store
-from durable_plans.session_store.base import SessionStoreError
 from durable_plans.session_store.sqlite import SqliteSessionStore
 
 

@@ -6,12 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from durable_plans.activities.mcp import McpConfigError, McpPool, _env_values, result_text
-from durable_plans.domain.agents_loader import (
-    AgentsFileError,
-    parse_agents_data,
-    parse_agents_text,
-)
+from durable_plans._errors import AgentsFileError, McpConfigError
+from durable_plans.activities.mcp import McpPool, _env_values, result_text
+from durable_plans.domain.agents_loader import parse_agents_data, parse_agents_text
 from durable_plans.domain.tools_config import (
     CommandPolicy,
     McpServerConfig,

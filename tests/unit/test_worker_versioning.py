@@ -12,7 +12,8 @@ import pytest
 from temporalio.common import VersioningBehavior
 
 import durable_plans
-from durable_plans.settings import Settings, SettingsError
+from durable_plans import SettingsError
+from durable_plans.settings import Settings
 from durable_plans.worker import _check, deployment_config
 from durable_plans.worker_versioning import (
     HASH_DIGITS,
