@@ -19,12 +19,13 @@ Runners:
 
 * ``ours``: this tree's worker (``durable_plans.worker``: PlanWorkflow → one
   SubtaskWorkflow per subtask, LLM calls through litellm as activities);
-* ``ours-acompletion``, ``ours-asyncio``, ``ours-regular-llm`` (``--variants``; all by
-  default, only ``ours-regular-llm`` with ``--short``): this tree with one default switched
-  back (``DPLAN_LLM_LEAN=0``: every call through ``litellm.acompletion``;
-  ``DPLAN_EVENT_LOOP=asyncio``; ``DPLAN_LLM_LOCAL=0``: a subtask's LLM calls as regular
-  activities, the history shape before issue 25), so each default's worth is measured in
-  the same run;
+* ``ours-acompletion``, ``ours-asyncio``, ``ours-stock-runner``, ``ours-regular-llm``
+  (``--variants``; all by default, only ``ours-regular-llm`` with ``--short``): this tree
+  with one default switched back (``DPLAN_LLM_LEAN=0``: every call through
+  ``litellm.acompletion``; ``DPLAN_EVENT_LOOP=asyncio``; ``DPLAN_WORKFLOW_RUNNER_LEAN=0``:
+  the SDK's stock sandboxed runner; ``DPLAN_LLM_LOCAL=0``: a subtask's LLM calls as
+  regular activities, the history shape before issue 25), so each default's worth is
+  measured in the same run (``bench.private_apis`` runs the two on private APIs);
 * ``ours-file`` (``--servers``, by default): this tree's worker against a second dev
   server, one writing its state file (``--db-filename``, as ``dplan run --embedded`` runs
   it): the user's path; its server CPU is that server's. Every dev server here registers
@@ -95,6 +96,8 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 VARIANTS: dict[str, dict[str, str]] = {
     "ours-acompletion": {"DPLAN_LLM_LEAN": "0"},  # every call through litellm.acompletion
     "ours-asyncio": {"DPLAN_EVENT_LOOP": "asyncio"},  # asyncio's loop, not uvloop
+    # The SDK's stock sandboxed runner, a trip into the sandbox per payload visit.
+    "ours-stock-runner": {"DPLAN_WORKFLOW_RUNNER_LEAN": "0"},
     # The LLM calls as regular activities, as before issue 25 (the server's share).
     "ours-regular-llm": {"DPLAN_LLM_LOCAL": "0"},
 }

@@ -60,7 +60,7 @@ from temporalio.worker import (
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from durable_plans import sandbox_runner, workflow_code_cache
+from durable_plans import sandbox_runner
 from durable_plans.payload_codec import EncryptionCodec
 from durable_plans.workflows.policies import PARAMETERS_EXTERN, ActivityParameters
 from durable_plans.workflows.visibility import GOAL_SEARCHABLE_EXTERN, SEARCH_ATTRIBUTES_EXTERN
@@ -259,7 +259,9 @@ class DurablePlansPlugin(SimplePlugin):
         )
         runner = config.get("workflow_runner")
         if client is not None and runner is not None:
-            config["workflow_runner"] = _context_free(runner, client.data_converter)
+            config["workflow_runner"] = sandbox_runner.context_free(
+                runner, client.data_converter, self.settings
+            )
         interceptors = list(config.get("interceptors") or [])
         if self._search_attributes not in interceptors:
             interceptors.append(self._search_attributes)
@@ -275,7 +277,9 @@ class DurablePlansPlugin(SimplePlugin):
         config = super().configure_replayer(config)
         runner = config.get("workflow_runner")
         if runner is not None:
-            config["workflow_runner"] = _context_free(runner, config.get("data_converter"))
+            config["workflow_runner"] = sandbox_runner.context_free(
+                runner, config.get("data_converter"), self.settings
+            )
         if self.tracing:
             interceptors = list(config.get("interceptors") or [])
             config["interceptors"] = [*interceptors, *_tracing_interceptors(interceptors)]
@@ -319,9 +323,7 @@ class DurablePlansPlugin(SimplePlugin):
 
     def _workflow_runner(self, existing: WorkflowRunner | None) -> WorkflowRunner:
         """The sandbox, with our pure modules passed through; a non-sandboxed runner (a
-        debugging choice) is left alone. The sandbox re-imports a workflow's module for
-        every run: ``workflow_code_cache`` keeps that from compiling it every time."""
-        workflow_code_cache.install()
+        debugging choice) is left alone."""
         if existing is None:
             existing = SandboxedWorkflowRunner()
         if not isinstance(existing, SandboxedWorkflowRunner):
@@ -418,18 +420,6 @@ def _tracing_interceptors(present: Sequence[object]) -> list[Interceptor]:
     if not any(isinstance(i, WorkflowSpans) for i in present):
         added.append(WorkflowSpans())
     return added
-
-
-def _context_free(runner: WorkflowRunner, converter: DataConverter | None) -> WorkflowRunner:
-    """The stock sandboxed runner becomes ``ContextFreeSandboxedRunner`` where the data
-    converter ignores serialization contexts (``sandbox_runner``); anything else (a
-    runner of the user's, a converter that reads the context) is left as it is."""
-    if type(runner) is not SandboxedWorkflowRunner or converter is None:
-        return runner
-    if not sandbox_runner.fits(converter):
-        return runner
-    fields = {f.name: getattr(runner, f.name) for f in dataclasses.fields(runner) if f.init}
-    return sandbox_runner.ContextFreeSandboxedRunner(**fields)
 
 
 def _merge(existing: Sequence[T] | None, ours: Sequence[T]) -> list[T]:

@@ -14,11 +14,20 @@ not a ``WithSerializationContext``, as our AES-GCM codec is not), every answer g
 same bytes. ``ContextFreeSandboxedRunner`` is then the stock sandboxed runner, whose
 instances answer from outside: the workflow's own context, no storage target. Where a
 converter does use the context, ``fits`` says no and the plugin keeps the stock runner.
+
+It leans on the SDK's internals (a ``WorkflowInstance`` wrapping the sandboxed one, the
+two context questions the SDK's worker asks it), so it stays behind one switch,
+``DPLAN_WORKFLOW_RUNNER_LEAN`` (``Settings.workflow_runner_lean``; ``0``: the stock
+runner), and is pinned to the temporalio release it was written for
+(``WRITTEN_FOR_TEMPORALIO``, checked by tests/unit/test_sandbox_runner.py). Worth 0.78 of
+the stock runner's worker CPU per subtask on the user's path (bench/RESULTS.md,
+``python -m bench.private_apis``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
@@ -29,11 +38,18 @@ from temporalio.converter import (
     WithSerializationContext,
     WorkflowSerializationContext,
 )
-from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.workflow import Info
 
-__all__ = ["ContextFreeSandboxedRunner", "fits"]
+if TYPE_CHECKING:
+    from durable_plans.settings import Settings
+
+__all__ = ["WRITTEN_FOR_TEMPORALIO", "ContextFreeSandboxedRunner", "context_free", "fits"]
+
+# The temporalio release (major.minor) whose worker internals this module was checked
+# against: how the worker asks an instance for its serialization and store contexts.
+WRITTEN_FOR_TEMPORALIO = "1.35"
 
 _NO_TARGET = StorageDriverStoreContext(target=None)
 
@@ -43,6 +59,23 @@ def fits(converter: DataConverter) -> bool:
     return converter.external_storage is None and not isinstance(
         converter.payload_codec, WithSerializationContext
     )
+
+
+def context_free(
+    runner: WorkflowRunner, converter: DataConverter | None, settings: Settings | None
+) -> WorkflowRunner:
+    """The stock sandboxed runner becomes ``ContextFreeSandboxedRunner`` where the switch
+    is on (no settings, as for a client's replayer: on, the default) and the data converter
+    ignores serialization contexts; anything else (a runner of the user's, a converter
+    that reads the context) is left as it is."""
+    if settings is not None and not settings.workflow_runner_lean:
+        return runner
+    if type(runner) is not SandboxedWorkflowRunner or converter is None:
+        return runner
+    if not fits(converter):
+        return runner
+    fields = {f.name: getattr(runner, f.name) for f in dataclasses.fields(runner) if f.init}
+    return ContextFreeSandboxedRunner(**fields)
 
 
 @dataclasses.dataclass(frozen=True)

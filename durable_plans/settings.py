@@ -351,6 +351,10 @@ class Settings:
     """OpenAI-compatible calls use litellm's provider transforms without its per-call
     machinery (activities/llm_client.py); ``DPLAN_LLM_LEAN=0`` sends every call through
     ``litellm.acompletion``."""
+    workflow_runner_lean: bool = True
+    """The workflow sandbox answers the SDK's per-payload serialization-context questions
+    from outside (``DPLAN_WORKFLOW_RUNNER_LEAN``; durable_plans/sandbox_runner.py, on the
+    SDK's internals); ``0`` keeps the SDK's stock sandboxed runner."""
     llm_local: bool = True
     """A subtask's LLM calls run as local activities when its calls do not stream
     (``DPLAN_LLM_LOCAL``; ``workflows/llm_call.py``): its common path is one workflow task
@@ -488,6 +492,7 @@ class Settings:
                 e, "DPLAN_RATE_LIMIT_PATIENCE", defaults.rate_limit_patience_s
             ),
             llm_lean=_flag(e, "DPLAN_LLM_LEAN", default=True),
+            workflow_runner_lean=_flag(e, "DPLAN_WORKFLOW_RUNNER_LEAN", default=True),
             llm_local=_flag(e, "DPLAN_LLM_LOCAL", default=True),
             stream=_choice(e, "DPLAN_STREAM", STREAM_MODES),
             event_loop=_choice(e, "DPLAN_EVENT_LOOP", EVENT_LOOPS),

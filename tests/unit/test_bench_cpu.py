@@ -9,8 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from bench._actions import HistoryCost
 from bench._profile import categorise
-from bench.cpu import cpu_seconds, full_layer_plan, peer_runner, pydantic_ai_runner
+from bench.cpu import (
+    VARIANTS,
+    Results,
+    Sample,
+    cpu_seconds,
+    full_layer_plan,
+    peer_runner,
+    pydantic_ai_runner,
+)
 
 
 def test_each_subtask_needs_the_whole_previous_layer() -> None:
@@ -57,3 +66,35 @@ def test_the_pydantic_ai_peer_is_skipped_with_a_reason_without_its_package(
         address="127.0.0.1:1", provider="http://127.0.0.1:1", workspace=tmp_path
     )
     assert isinstance(reason, str) and "pydantic-ai is not installed" in reason
+
+
+def test_private_apis_runs_each_switch_off_beside_ours() -> None:
+    """``bench.private_apis`` measures exactly the two private-API switches, off, beside
+    every default on, on the worker processes of bench.cpu; short mode stays short."""
+    from bench import private_apis
+
+    _args, full = private_apis._parse([])
+    assert full.variants == ["ours-acompletion", "ours-stock-runner"]
+    assert (full.layers, full.repeats, full.widths, full.peers) == (4, 7, [5], False)
+    _args, short = private_apis._parse(["--short"])
+    assert (short.layers, short.repeats) == (2, 3)
+    assert VARIANTS["ours-acompletion"] == {"DPLAN_LLM_LEAN": "0"}
+    assert VARIANTS["ours-stock-runner"] == {"DPLAN_WORKFLOW_RUNNER_LEAN": "0"}
+
+
+def test_private_apis_ratios_pair_the_rounds() -> None:
+    from bench import private_apis
+
+    def sample(wall: float, cpu: float) -> Sample:
+        return Sample(wall, cpu, 0.0, HistoryCost(), 40)
+
+    results = Results()
+    results.samples[("ours", 5)] = [sample(1.0, 1.0), sample(2.0, 2.0), sample(3.0, 3.0)]
+    results.samples[("ours-stock-runner", 5)] = [
+        sample(2.0, 2.0),
+        sample(4.0, 4.0),
+        sample(6.0, 6.0),
+    ]
+    r = private_apis.ratios(results, "ours-stock-runner")
+    assert (r["cpu_paired"], r["wall_paired"], r["rounds"]) == (0.5, 0.5, 3.0)
+    assert private_apis.ratios(results, "ours-acompletion") == {}

@@ -3,13 +3,16 @@ when it leaves a call to ``litellm.acompletion`` (real HTTP to the local fake pr
 
 from __future__ import annotations
 
+import importlib.metadata
+import tomllib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from durable_plans.activities.llm import import_litellm, message_from_response, usage_of
-from durable_plans.activities.llm_client import LlmClient
+from durable_plans.activities.llm_client import WRITTEN_FOR_LITELLM, LlmClient
 from durable_plans.activities.llm_errors import classify_llm_error
 from durable_plans.activities.scripted_model import SCRIPTED_MODEL
 from durable_plans.settings import Settings
@@ -148,6 +151,36 @@ def test_the_switch_reads_the_environment() -> None:
     assert Settings.from_env({"DPLAN_LLM_LEAN": "0"}).llm_lean is False
     assert Settings.from_env({"DPLAN_LLM_LEAN": " On "}).llm_lean is True
     assert Settings.from_env({"DPLAN_LLM_LEAN": "1"}).llm_lean is True
+
+
+RECHECK_LITELLM = (
+    "activities/llm_client.py drives litellm's internals and was written for litellm "
+    f"{WRITTEN_FOR_LITELLM}. Before moving the pin, re-check them against the new release: "
+    "get_llm_provider, get_model_info, cost_per_token, "
+    "ProviderConfigManager.get_provider_chat_config and the OpenAI-compatible chat config's "
+    "get_complete_url / validate_environment / transform_request / transform_response "
+    "(their signatures, and the logging object transform_response reports to), "
+    "litellm.llms.openai.common_utils.OpenAIError and exception_type (the status-error "
+    "wording it matches on); run tests/unit/test_llm_client.py and tests/integration/"
+    "test_models.py; run `python -m bench.private_apis` and keep DPLAN_LLM_LEAN only if "
+    "ours / ours-acompletion stays about 0.8 or below in worker CPU or wall (else remove "
+    "the lean path); then set WRITTEN_FOR_LITELLM and pyproject.toml's pin together."
+)
+
+
+def test_the_lean_path_runs_on_the_litellm_it_was_written_for() -> None:
+    """A new litellm may change the internals the lean path calls without a word: the
+    upgrade has to stop here and be re-checked, not pass because the tests above happen
+    to use a corner of them that still works."""
+    installed = importlib.metadata.version("litellm")
+    assert installed == WRITTEN_FOR_LITELLM, f"litellm {installed} is installed. {RECHECK_LITELLM}"
+    pyproject = tomllib.loads(
+        (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+    )
+    pins = [d for d in pyproject["project"]["dependencies"] if d.startswith("litellm")]
+    assert pins == [f"litellm=={WRITTEN_FOR_LITELLM}"], (
+        f"pyproject.toml pins {pins}. {RECHECK_LITELLM}"
+    )
 
 
 # Every fault the fake provider can inject: the lean path must classify each exactly as
