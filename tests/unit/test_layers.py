@@ -11,7 +11,7 @@ never one above):
 2. configuration: ``settings`` (which reads ``workflows/policies.py``'s defaults) and
    ``telemetry``;
 3. ``activities/`` and what runs beside them on a worker's host: ``workspace_gc``,
-   ``sandbox_runner``, ``workflow_code_cache``;
+   ``sandbox_runner``;
 4. the worker side of Temporal: ``plugin``, ``namespace_setup`` (search attributes, which
    the plugin checks at start), ``temporal_client`` (``connect`` and Temporal Web links),
    ``worker``, ``embedded``, ``codec_server``;
@@ -51,7 +51,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "durable_plans.activities",
         "durable_plans.workspace_gc",
         "durable_plans.sandbox_runner",
-        "durable_plans.workflow_code_cache",
     ),
     (
         "durable_plans.plugin",
