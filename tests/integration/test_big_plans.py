@@ -28,14 +28,12 @@ from temporalio.client import Client as TemporalClient
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
-from durable_plans.activities.plan_data import put_data, stored_report
+from durable_plans.activities.plan_data import put_data
 from durable_plans.activities.scripted_model import LATENCY_ENV, SCRIPTED_MODEL
-from durable_plans.client import Client
 from durable_plans.client._plans import start_plan
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Message, Plan, PlanReport, PlanStatus, Subtask
 from durable_plans.domain.plan_data import (
-    INLINE_PLAN_BYTES,
     LEAN_MARK,
     PACKED_FIELD,
     PlanDataRef,
@@ -50,7 +48,6 @@ from durable_plans.domain.plan_loader import MAX_PLAN_BYTES
 from durable_plans.embedded import free_port
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
-from durable_plans.workflows.plan import HISTORY_GOAL_EVENTS, REPORT_ROWS
 from tests.integration.conftest import running_worker
 from tests.integration.replay import assert_replays
 
@@ -266,71 +263,6 @@ async def test_a_plan_too_big_to_carry_is_refused_by_the_workflow_in_one_line(ri
     assert failure.type == "InvalidPlan"
     assert "\n" not in failure.message
     assert failure.message.startswith(f"invalid plan {plan_id!r}: plan structure is too large")
-
-
-@pytest.mark.timeout(1200)  # a bound for hangs: a loaded 2-core host takes minutes
-async def test_a_plan_above_the_old_cap_runs(rig: Rig) -> None:
-    """2,500 subtasks (the cap was 2,000): chains of 10 and a wide fan-out, sent packed.
-    Agent ``ask`` has no tools: one scripted call per subtask, the orchestration is what
-    runs."""
-    subtasks: list[Subtask] = [
-        Subtask(id="root", description="Look at the workspace.", agent="ask")
-    ]
-    for c in range(125):
-        for step in range(10):
-            parent = f"c{c}-{step - 1}" if step else "root"
-            subtasks.append(
-                Subtask(
-                    id=f"c{c}-{step}",
-                    description=f"Chain {c}, step {step}. {FILLER}",
-                    agent="ask",
-                    depends_on=(parent,),
-                )
-            )
-    subtasks.extend(
-        Subtask(
-            id=f"f{i}", description=f"Fan-out item {i}. {FILLER}", agent="ask", depends_on=("root",)
-        )
-        for i in range(1_249)
-    )
-    plan = Plan(
-        id=f"wide-{uuid.uuid4().hex[:8]}", goal="big", max_parallel=500, subtasks=tuple(subtasks)
-    )
-    assert len(plan.subtasks) == 2_500
-    assert len(plan.model_dump_json()) > INLINE_PLAN_BYTES  # sent packed, run by reference
-
-    handle = await start_plan(rig.client, plan, rig.settings)
-    report = await handle.result()
-
-    assert report.status is PlanStatus.COMPLETED, report.counts
-    assert report.counts.completed == 2_500
-    # The result is a summary naming the whole report, kept in the session store.
-    assert (len(report.subtasks), report.omitted) == (REPORT_ROWS, 2_500 - REPORT_ROWS)
-    assert report.full_report is not None
-    full = await stored_report(rig.store, report.full_report)
-    assert full.counts == report.counts and full.omitted == 0
-    assert [r.id for r in full.subtasks] == [s.id for s in plan.subtasks]
-    client = Client(rig.client, rig.settings)
-    client.use_plan_store(rig.store)
-    assert await client.full_report(plan.id) == full
-    # Continued as new with the progress packed; every run replays, and each stays
-    # under a tenth of Temporal's event limit (the runs wind down before it).
-    assert await assert_replays(rig.client, [plan.id]) >= 2
-    lengths = await run_lengths(rig.client, plan.id)
-    assert len(lengths) >= 2 and max(lengths) < HISTORY_GOAL_EVENTS, lengths
-
-
-async def run_lengths(client: TemporalClient, workflow_id: str) -> list[int]:
-    """Events in each run of ``workflow_id``, newest first (continue-as-new followed back)."""
-    lengths: list[int] = []
-    run_id: str | None = None
-    while True:
-        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        lengths.append(len(history.events))
-        started = history.events[0].workflow_execution_started_event_attributes
-        run_id = started.continued_execution_run_id or None
-        if run_id is None:
-            return lengths
 
 
 def test_dplan_runs_the_long_descriptions_plan_embedded(tmp_path: Path) -> None:
