@@ -394,7 +394,7 @@ class DurablePlansPlugin(SimplePlugin):
             self._activities = list(self._plan_activities.all())
         if not self._activities:
             return []
-        return [*self._activities, *_absent(ACT_WORKER_FACTS, self._activities, self._facts)]
+        return _merge(self._activities, [self._facts.worker_facts])
 
     @contextlib.asynccontextmanager
     async def _closing_activities(self) -> AsyncIterator[None]:
@@ -405,20 +405,6 @@ class DurablePlansPlugin(SimplePlugin):
         finally:
             if self._plan_activities is not None:
                 await self._plan_activities.aclose()
-
-
-def _absent(
-    name: str, activities: Sequence[Callable[..., Any]], facts: _WorkerFacts
-) -> list[Callable[..., Any]]:
-    """``worker_facts``, unless ``activities`` already register an activity of its name
-    (a test's stand-in)."""
-    from temporalio.activity import _Definition
-
-    for fn in activities:
-        defn = _Definition.from_callable(fn)
-        if defn is not None and defn.name == name:
-            return []
-    return [facts.worker_facts]
 
 
 def _runs_llm_activity(

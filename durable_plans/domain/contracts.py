@@ -34,7 +34,6 @@ PLAN_WORKFLOW = "PlanWorkflow"
 SUBTASK_WORKFLOW = "SubtaskWorkflow"
 
 # Activity names are part of recorded histories: renaming one breaks replay.
-ACT_BEGIN_SUBTASK = "begin_subtask"
 ACT_END_SUBTASK = "end_subtask"
 ACT_MERGE_RESULTS = "merge_results"
 ACT_CALL_LLM = "call_llm"
@@ -181,8 +180,8 @@ class ToolCallInput(_Payload):
     allowed_tools: tuple[str, ...]
     # An operator's replacement for the model's arguments (``dplan approve --args``).
     arguments: str | None = None
-    # The tree the call works on; None: the worker's workspace directory itself (runs
-    # recorded before the workspace was kept in git).
+    # The tree the call works on; None: the worker's workspace directory itself (a loop
+    # given no tree).
     workspace: WorkspaceRef | None = None
     # Workflow time of the call: the date of the commit it makes, if it changes files.
     at_s: float = 0.0
@@ -321,7 +320,7 @@ class SubtaskInput(_Payload):
     # The MCP servers' tools listed when the plan started (the agent uses those it may).
     mcp_tools: tuple[McpServerTools, ...] = ()
     # Where the subtask's tree starts; None: tools work in the worker's workspace
-    # directory (runs recorded before the workspace was kept in git).
+    # directory (a sub-agent of a loop without a tree).
     workspace: WorkspaceStart | None = None
     # Where the plan's full data is when ``subtask`` holds an excerpt of its description.
     plan_data: PlanDataRef | None = None

@@ -161,7 +161,7 @@ class AgentLoop:
     # The MCP servers' tools fixed when the plan started; the agent's ``mcp`` picks some.
     mcp_servers: tuple[McpServerTools, ...] = ()
     # The tree the tools work on and the commit it is at; None: the worker's workspace
-    # directory (conversations, and runs recorded before the workspace was kept in git).
+    # directory (a loop given no tree; plans and conversations always give one).
     workspace: WorkspaceRef | None = None
     # Held by each call that works on the tree, so such calls run one at a time.
     _tree: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
@@ -185,8 +185,8 @@ class AgentLoop:
         self.workspace = moved_to(self.workspace, commit)
 
     def _at_s(self) -> float:
-        """The date of a commit the call makes (workflow time); unset without a tree, so
-        calls of runs recorded before it carry the inputs they had."""
+        """The date of a commit the call makes (workflow time); unset without a tree,
+        where the call makes no commit."""
         return workflow.now().timestamp() if self.workspace is not None else 0.0
 
     @property

@@ -528,6 +528,7 @@ class PlanWorkflow(PauseHandlers):
                 result_type=WorkerFacts,
                 start_to_close_timeout=policies.WORKER_FACTS_TIMEOUT,
                 retry_policy=policies.ONCE,
+                local_retry_threshold=policies.LOCAL_RETRY_THRESHOLD,
             )
         except ActivityError:
             facts = WorkerFacts()
@@ -645,7 +646,7 @@ class PlanWorkflow(PauseHandlers):
     async def _check_result(self, plan: Plan) -> None:
         """The plan's ``check`` on the merged result, once every subtask completed (one
         round: nobody is left to fix it); a failure makes the report ``failed`` with
-        ``CheckFailed``. Only a plan with a ``check`` gets here (no run recorded before)."""
+        ``CheckFailed``. Only a plan with a ``check`` gets here."""
         if self._cancelled or any(
             self._status_of(s.id) is not SubtaskStatus.COMPLETED for s in plan.subtasks
         ):
@@ -678,7 +679,7 @@ class PlanWorkflow(PauseHandlers):
         """The tools of the MCP servers this plan's agents may use, listed once (an
         activity) and kept in the workflow, and carried on: every replay and every later
         run of this plan sees the same tools. None when no agent uses one (no activity,
-        so plans without MCP, and runs recorded before it, issue the same commands)."""
+        so plans without MCP issue no command for it)."""
         used = {s.agent for s in plan.subtasks}
         agents = [catalog.get(name) for name in sorted(used)]
         if any(SPAWN_TOOL in a.tools for a in agents):  # may start any agent

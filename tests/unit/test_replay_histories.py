@@ -8,6 +8,7 @@ needed: the Replayer runs the workflow code against the recorded events alone.
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 from collections import Counter
@@ -28,10 +29,12 @@ from durable_plans.cli.replay_command import (
     workflow_id_from_file_name,
 )
 from durable_plans.domain.contracts import SubtaskInput, SubtaskOutcome
+from durable_plans.workflows import versions
 from durable_plans.workflows.subtask import SubtaskWorkflow
 from tests.histories.record import CURRENT_SHAPE
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+WORKFLOWS = Path(versions.__file__).resolve().parent
 # The one shape: the 0.2.0 baseline, recorded by the current code (tests/histories/record.py).
 CURRENT = HISTORIES / CURRENT_SHAPE
 SHAPES = (CURRENT,)
@@ -144,6 +147,34 @@ def test_no_run_asks_a_patch() -> None:
     assert FILES
     for path in FILES:
         assert PATCH_MARKER not in _markers(path), path
+
+
+def _patch_ids_asked() -> list[str]:
+    """What the workflow code passes to ``workflow.patched``/``deprecate_patch``: the
+    name of a ``versions`` constant (``versions.X``) resolved to its id, else the source
+    of the argument as written."""
+    asked = []
+    for path in sorted(WORKFLOWS.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("patched", "deprecate_patch")
+            ):
+                arg = node.args[0]
+                if isinstance(arg, ast.Attribute) and hasattr(versions, arg.attr):
+                    asked.append(str(getattr(versions, arg.attr)))
+                else:
+                    asked.append(ast.unparse(arg))
+    return asked
+
+
+def test_the_workflows_ask_only_the_patches_versions_lists() -> None:
+    """Where the next patch goes (workflows/versions.py): any id the workflows ask is one
+    of ``versions.PATCH_IDS``; since 0.2.0 they ask none."""
+    asked = _patch_ids_asked()
+    assert set(asked) <= versions.PATCH_IDS, asked
+    assert asked == [] and not versions.PATCH_IDS
 
 
 def _local_activity_types(path: Path) -> Counter[str]:
