@@ -131,9 +131,9 @@ async def test_build_worker_on_a_client_carrying_the_plugin_configures_the_worke
     names = [w.__name__ for w in active.get("workflows", [])]
     assert sorted(names) == ["PlanWorkflow", "SessionWorkflow", "SubtaskWorkflow"]
     # Every activity once, and the plugin's own ``worker_facts`` (asked by each plan run).
-    registered = [_Definition.must_from_callable(fn).name for fn in active["activities"]]
+    registered = [str(_Definition.must_from_callable(fn).name) for fn in active["activities"]]
     expected = [
-        _Definition.must_from_callable(fn).name
+        str(_Definition.must_from_callable(fn).name)
         for fn in PlanActivities(harness.store, harness.settings).all()
     ]
     assert sorted(registered) == sorted([*expected, ACT_WORKER_FACTS])
