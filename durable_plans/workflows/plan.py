@@ -237,6 +237,8 @@ class PlanWorkflow(PauseHandlers):
         self._merge_from = 0
         # The plan's own check on the merged result (``domain/checks.py``): its runs, and
         # the failure it ended the plan with.
+        # The run was cancelled while it asked its worker (``_ask_worker``).
+        self._cancel_held = False
         self._plan_checks: list[CheckRun] = []
         self._check_error: ErrorInfo | None = None
 
@@ -521,15 +523,24 @@ class PlanWorkflow(PauseHandlers):
         history records the answer and a replay (by a worker with other settings, or
         ``dplan replay``) takes the same. One attempt: should it fail, the failure is
         recorded as its answer and the run takes the defaults (no local calls, no
-        attributes), which cannot fail."""
+        attributes), which cannot fail.
+
+        A cancellation that arrives meanwhile (a plan cancelled as it starts) is held
+        until the run is set up (``_cancel_held``), so it ends as a cancelled plan with its
+        report, as one cancelled a moment later does."""
+        asked = workflow.start_local_activity(
+            ACT_WORKER_FACTS,
+            result_type=WorkerFacts,
+            start_to_close_timeout=policies.WORKER_FACTS_TIMEOUT,
+            retry_policy=policies.ONCE,
+            local_retry_threshold=policies.LOCAL_RETRY_THRESHOLD,
+        )
         try:
-            facts: WorkerFacts = await workflow.execute_local_activity(
-                ACT_WORKER_FACTS,
-                result_type=WorkerFacts,
-                start_to_close_timeout=policies.WORKER_FACTS_TIMEOUT,
-                retry_policy=policies.ONCE,
-                local_retry_threshold=policies.LOCAL_RETRY_THRESHOLD,
-            )
+            try:
+                facts = await asyncio.shield(asked)
+            except asyncio.CancelledError:
+                self._cancel_held = True
+                facts = await asked
         except ActivityError:
             facts = WorkerFacts()
         self._llm_local = facts.llm_local
@@ -593,6 +604,8 @@ class PlanWorkflow(PauseHandlers):
         if self._mcp_tools is None:
             self._mcp_tools = await self._list_mcp_tools(plan, catalog)
         try:
+            if self._cancel_held:
+                raise asyncio.CancelledError
             # Resolved once, then carried: continued and retried runs start from it.
             self._base = inp.workspace_base or await open_base(plan)
             carried_over = await self._drive(plan, inp)
