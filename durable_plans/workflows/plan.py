@@ -519,9 +519,9 @@ class PlanWorkflow(PauseHandlers):
     async def _ask_worker(self) -> None:
         """What this run's worker decided for it (``WorkerFacts``): whether its children's
         LLM calls run as local activities and whether it sets the ``Dplan*`` search
-        attributes. Asked of the worker itself in a local activity, first thing, so the
-        history records the answer and a replay (by a worker with other settings, or
-        ``dplan replay``) takes the same. One attempt: should it fail, the failure is
+        attributes. Asked of the worker itself in a local activity, the run's first command
+        (after a plan by reference's own check), so the history records the answer and a
+        replay (by a worker with other settings, or ``dplan replay``) takes the same. One attempt: should it fail, the failure is
         recorded as its answer and the run takes the defaults (no local calls, no
         attributes), which cannot fail.
 
@@ -555,7 +555,6 @@ class PlanWorkflow(PauseHandlers):
         """
         decoded = self._decode(raw)
         by_reference = isinstance(decoded, PackedPlan) or decoded.plan_data is not None
-        await self._ask_worker()
         if by_reference:
             inp = await self._by_reference(decoded)
         else:
@@ -596,6 +595,9 @@ class PlanWorkflow(PauseHandlers):
         )
         self._inp = inp
         self._started_at_s = inp.started_at_s or workflow.now().timestamp()
+        # Once the state a query reads is set (a status query while the answer is awaited
+        # sees the plan), before any command but a plan by reference's check.
+        await self._ask_worker()
         self._visibility.start(plan, self._progress_report())
         if pauses.waiting:  # continued while paused: say so in this run too
             self._visibility.progress(self._progress_report, paused=self._paused())
