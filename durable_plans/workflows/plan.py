@@ -521,9 +521,9 @@ class PlanWorkflow(PauseHandlers):
         LLM calls run as local activities and whether it sets the ``Dplan*`` search
         attributes. Asked of the worker itself in a local activity, the run's first command
         (after a plan by reference's own check), so the history records the answer and a
-        replay (by a worker with other settings, or ``dplan replay``) takes the same. One attempt: should it fail, the failure is
-        recorded as its answer and the run takes the defaults (no local calls, no
-        attributes), which cannot fail.
+        replay (by a worker with other settings, or ``dplan replay``) takes the same. One
+        attempt: should it fail, the failure is recorded as its answer and the run takes
+        the defaults (no local calls, no attributes), which cannot fail.
 
         A cancellation that arrives meanwhile (a plan cancelled as it starts) is held
         until the run is set up (``_cancel_held``), so it ends as a cancelled plan with its
