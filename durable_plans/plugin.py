@@ -19,8 +19,11 @@ one place, on the SDK's own plugin interface (``temporalio.plugin.SimplePlugin``
   handed to its workflows through an extern function, so each worker's workflows use that
   worker's settings even when several workers share one process;
 * whether the namespace has the ``Dplan*`` search attributes, checked when the worker
-  starts (one warning line naming ``dplan setup`` if not) and handed to its workflows the
-  same way, so they set them only where that cannot fail (``workflows/visibility.py``).
+  starts (one warning line naming ``dplan setup`` if not), so plans set them only where
+  that cannot fail (``workflows/visibility.py``);
+* the ``worker_facts`` local activity, registered with the activities: what this worker
+  decides for a plan run (local LLM calls, search attributes), asked once by the run and
+  recorded in its history (``domain.contracts.WorkerFacts``).
 
 Use: ``Client.connect(..., plugins=[DurablePlansPlugin()])`` for a client;
 ``Replayer(workflows=[], plugins=[DurablePlansPlugin()])`` for a replayer; a worker is
@@ -41,6 +44,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
@@ -61,9 +65,10 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_plans import sandbox_runner
+from durable_plans.domain.contracts import ACT_WORKER_FACTS, WorkerFacts
 from durable_plans.payload_codec import EncryptionCodec
 from durable_plans.workflows.policies import PARAMETERS_EXTERN, ActivityParameters
-from durable_plans.workflows.visibility import GOAL_SEARCHABLE_EXTERN, SEARCH_ATTRIBUTES_EXTERN
+from durable_plans.workflows.visibility import GOAL_SEARCHABLE_EXTERN
 
 if TYPE_CHECKING:
     from durable_plans.activities.registry import PlanActivities
@@ -144,9 +149,10 @@ class _ActivityParametersInterceptor(Interceptor):
 
 
 class _SearchAttributesInterceptor(Interceptor):
-    """Tells one worker's workflows whether the ``Dplan*`` search attributes are
-    registered on its namespace (``workflows.visibility``): setting an unregistered one
-    would fail their workflow tasks. False until the worker has checked, at start."""
+    """Whether the ``Dplan*`` search attributes are registered on one worker's namespace
+    (``workflows.visibility``): setting an unregistered one would fail its workflow tasks.
+    False until the worker has checked, at start. Told to a plan run by ``worker_facts``;
+    whether the goal may be one is told to the workflows through an extern function."""
 
     def __init__(self) -> None:
         self.registered = False
@@ -154,18 +160,35 @@ class _SearchAttributesInterceptor(Interceptor):
         # payloads are encrypted, the goal (free text from the plan) stays out of them.
         self.goal_searchable = True
 
-    def _get(self) -> bool:
-        return self.registered
-
     def _goal(self) -> bool:
         return self.goal_searchable
 
     def workflow_interceptor_class(
         self, input: WorkflowInterceptorClassInput
     ) -> type[WorkflowInboundInterceptor] | None:
-        input.unsafe_extern_functions[SEARCH_ATTRIBUTES_EXTERN] = self._get
         input.unsafe_extern_functions[GOAL_SEARCHABLE_EXTERN] = self._goal
         return None
+
+
+class _WorkerFacts:
+    """The ``worker_facts`` local activity of one worker: what it decides for a plan run
+    from its own settings and namespace. A local activity runs on the worker that runs
+    the workflow task, so the answer is that worker's; its marker in the history is what
+    a replay (another worker, ``dplan replay``) reads instead of its own settings."""
+
+    def __init__(
+        self, parameters: ActivityParameters | None, search_attributes: _SearchAttributesInterceptor
+    ) -> None:
+        self._parameters = parameters
+        self._search_attributes = search_attributes
+
+    @activity.defn(name=ACT_WORKER_FACTS)
+    async def worker_facts(self) -> WorkerFacts:
+        parameters = self._parameters
+        return WorkerFacts(
+            llm_local=parameters is not None and parameters.llm_local,
+            search_attributes=self._search_attributes.registered,
+        )
 
 
 class DurablePlansPlugin(SimplePlugin):
@@ -225,6 +248,7 @@ class DurablePlansPlugin(SimplePlugin):
         self.settings = settings
         self.store = store
         self.parameters = parameters
+        self._facts = _WorkerFacts(parameters, self._search_attributes)
         self.payload_codec = payload_codec
         self._workflows = list(workflows) if workflows is not None else None
         self._activities = list(activities) if activities is not None else None
@@ -357,7 +381,9 @@ class DurablePlansPlugin(SimplePlugin):
 
     def registered_activities(self) -> list[Callable[..., Any]]:
         """The activities a worker with this plugin registers: the ones given, else every
-        activity when the plugin has a store and settings, else none."""
+        activity when the plugin has a store and settings, else none; with any, also
+        ``worker_facts``, which every plan run asks first. (A worker without activities
+        runs no plan: a plan's store operations are local activities too.)"""
         if self._activities is None:
             if self.store is None or self.settings is None:
                 return []
@@ -371,7 +397,9 @@ class DurablePlansPlugin(SimplePlugin):
 
             self._plan_activities = PlanActivities(timed_store(self.store), self.settings)
             self._activities = list(self._plan_activities.all())
-        return list(self._activities)
+        if not self._activities:
+            return []
+        return _merge(self._activities, [self._facts.worker_facts])
 
     @contextlib.asynccontextmanager
     async def _closing_activities(self) -> AsyncIterator[None]:

@@ -53,7 +53,6 @@ class PlanActivities:
 
     def all(self) -> list[Callable[..., Any]]:
         return [
-            self.sessions.begin_subtask,
             self.sessions.end_subtask,
             self.sessions.merge_results,
             self.sessions.branch_spend,

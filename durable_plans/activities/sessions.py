@@ -16,7 +16,6 @@ from durable_plans.activities.heartbeat import heartbeating
 from durable_plans.activities.plan_data import stored_plan
 from durable_plans.activities.spend import paid_for
 from durable_plans.domain.contracts import (
-    ACT_BEGIN_SUBTASK,
     ACT_BRANCH_SPEND,
     ACT_END_SUBTASK,
     ACT_MERGE_RESULTS,
@@ -151,12 +150,6 @@ async def close_branch(store: SessionStore, inp: EndSubtaskInput) -> None:
 class SessionActivities:
     def __init__(self, store: SessionStore) -> None:
         self._store = store
-
-    @activity.defn(name=ACT_BEGIN_SUBTASK)
-    async def begin_subtask(self, inp: BeginSubtaskInput) -> BeginSubtaskOutput:
-        """Kept for runs started before the first LLM call took this step over."""
-        async with heartbeating():
-            return await begin_branch(self._store, inp)
 
     @activity.defn(name=ACT_END_SUBTASK)
     async def end_subtask(self, inp: EndSubtaskInput) -> None:

@@ -8,8 +8,8 @@ call twice, which would make the next request invalid for a strict provider.
 With a workspace in the input the call works in that tree (``activities/git_workspace``):
 a tool that may change files ends with a commit of the whole tree, made before the answer
 is stored, and its id returns with the answer; a retried call that finds its answer
-stored returns the commit its earlier attempt made. Without one (runs recorded before the
-workspace was kept in git) it works in the worker's workspace directory, as it did then.
+stored returns the commit its earlier attempt made. Without one (a loop given no tree) it
+works in the worker's workspace directory.
 """
 
 from __future__ import annotations

@@ -34,7 +34,6 @@ PLAN_WORKFLOW = "PlanWorkflow"
 SUBTASK_WORKFLOW = "SubtaskWorkflow"
 
 # Activity names are part of recorded histories: renaming one breaks replay.
-ACT_BEGIN_SUBTASK = "begin_subtask"
 ACT_END_SUBTASK = "end_subtask"
 ACT_MERGE_RESULTS = "merge_results"
 ACT_CALL_LLM = "call_llm"
@@ -56,6 +55,9 @@ ACT_WORKSPACE_PUBLISH = "workspace_publish"
 ACT_PLAN_DATA_UNPACK = "plan_data_unpack"
 ACT_PLAN_DATA_CHECK = "plan_data_check"
 ACT_PLAN_DATA_SAVE_REPORT = "plan_data_save_report"
+# What a plan run's worker decided for it (``WorkerFacts``): a local activity the plugin
+# registers, asked once in the run's first activation.
+ACT_WORKER_FACTS = "worker_facts"
 
 # Sub-agents nest at most this deep (the root session is depth 0).
 MAX_SUBAGENT_DEPTH = 3
@@ -144,9 +146,9 @@ class LlmCallInput(_Payload):
     close_on_answer: EndSubtaskInput | None = None
     # Tools not built in (MCP servers' tools the agent may call), as fixed at plan start.
     extra_tools: tuple[ToolSchema, ...] = ()
-    # Runs that compact (``versions.COMPACTION``): a prompt past ``DPLAN_COMPACT_AT`` of the
-    # model's window is not sent; the output says so (``over_window``) and the workflow
-    # compacts first. ``context_window``: the agent's own, if it sets one.
+    # A prompt past ``DPLAN_COMPACT_AT`` of the model's window is not sent; the output says
+    # so (``over_window``) and the workflow compacts first. ``context_window``: the
+    # agent's own, if it sets one.
     check_window: bool = False
     context_window: int | None = None
 
@@ -178,8 +180,8 @@ class ToolCallInput(_Payload):
     allowed_tools: tuple[str, ...]
     # An operator's replacement for the model's arguments (``dplan approve --args``).
     arguments: str | None = None
-    # The tree the call works on; None: the worker's workspace directory itself (runs
-    # recorded before the workspace was kept in git).
+    # The tree the call works on; None: the worker's workspace directory itself (a loop
+    # given no tree).
     workspace: WorkspaceRef | None = None
     # Workflow time of the call: the date of the commit it makes, if it changes files.
     at_s: float = 0.0
@@ -307,13 +309,9 @@ class SubtaskInput(_Payload):
     root_session_id: str = ""
     depth: int = 0
     # Its LLM calls (and a join's merge) run as local activities (``workflows/llm_call.py``):
-    # decided once per plan run (``versions.LLM_LOCAL``) and carried, so a replay sees the
-    # same; False in runs started before, which replay their regular activities.
+    # decided once per plan run (``WorkerFacts.llm_local``) and carried, so a replay sees
+    # the same whatever the replaying worker's settings.
     llm_local: bool = False
-    # Started by a release that asks no patch after a local activity (``versions.SETTLED``):
-    # the subtask takes those changes as on and asks nothing. False in subtasks started
-    # before, which ask (and replay) their patches where they did.
-    settled: bool = False
     # Times this subtask was started before (``dplan retry``/``resume``): its attempt
     # works on a branch of its own (``domain.ids.attempt_key``).
     retries: int = Field(default=0, ge=0)
@@ -322,7 +320,7 @@ class SubtaskInput(_Payload):
     # The MCP servers' tools listed when the plan started (the agent uses those it may).
     mcp_tools: tuple[McpServerTools, ...] = ()
     # Where the subtask's tree starts; None: tools work in the worker's workspace
-    # directory (runs recorded before the workspace was kept in git).
+    # directory (a sub-agent of a loop without a tree).
     workspace: WorkspaceStart | None = None
     # Where the plan's full data is when ``subtask`` holds an excerpt of its description.
     plan_data: PlanDataRef | None = None
@@ -389,6 +387,21 @@ class PlanInput(_Payload):
     # A plan by reference continued as new: its progress (results, merged, branches,
     # prior) packed here instead of in those fields, which are then empty.
     carried: PackedPlan | None = None
+
+
+class WorkerFacts(_Payload):
+    """What the worker running a plan run decided for it, from its own settings and
+    namespace: returned by the ``worker_facts`` local activity in the run's first
+    activation, so the history holds it (the activity's marker) and a replay, by a worker
+    with other settings or by ``dplan replay``, reads the recorded answer. Defaults: what
+    a worker that could not say (no such activity registered) takes."""
+
+    # The run's subtasks make their LLM calls (and a join its merge) as local activities:
+    # DPLAN_LLM_LOCAL on, subtasks not streaming, and the worker running ``call_llm``.
+    llm_local: bool = False
+    # The namespace has the ``Dplan*`` search attributes (``workflows/visibility.py``):
+    # setting an unregistered one would fail the workflow task.
+    search_attributes: bool = False
 
 
 class PlanDataUnpackInput(_Payload):

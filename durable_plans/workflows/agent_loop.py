@@ -103,7 +103,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_plans.domain.workspace_refs import WorkspaceRef
 
-from durable_plans.workflows import policies, versions
+from durable_plans.workflows import policies
 from durable_plans.workflows.activity_failures import why
 from durable_plans.workflows.approval_desk import ApprovalDesk, edited_note
 from durable_plans.workflows.llm_call import execute_llm_activity
@@ -160,9 +160,6 @@ class AgentLoop:
     branch_closed: bool = False
     # The LLM calls run as local activities (``workflows/llm_call.py``; subtasks only).
     llm_local: bool = False
-    # The changes this run takes without asking their patch (``versions.SETTLED``): a
-    # patch asked right after a local activity may be answered otherwise on replay.
-    settled: frozenset[str] = frozenset()
     turn: int = 0
     llm_calls: int = 0
     usage: Usage = field(default_factory=Usage)
@@ -176,11 +173,10 @@ class AgentLoop:
     # one whose call was last refused as too long (one compaction and one retry each).
     _compacted_turn: int | None = field(default=None, repr=False)
     _refused_turn: int | None = field(default=None, repr=False)
-    _compacting: bool | None = field(default=None, repr=False)  # versions.COMPACTION
     # The MCP servers' tools fixed when the plan started; the agent's ``mcp`` picks some.
     mcp_servers: tuple[McpServerTools, ...] = ()
     # The tree the tools work on and the commit it is at; None: the worker's workspace
-    # directory (conversations, and runs recorded before the workspace was kept in git).
+    # directory (a loop given no tree; plans and conversations always give one).
     workspace: WorkspaceRef | None = None
     # Held by each call that works on the tree, so such calls run one at a time.
     _tree: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
@@ -204,8 +200,8 @@ class AgentLoop:
         self.workspace = moved_to(self.workspace, commit)
 
     def _at_s(self) -> float:
-        """The date of a commit the call makes (workflow time); unset without a tree, so
-        calls of runs recorded before it carry the inputs they had."""
+        """The date of a commit the call makes (workflow time); unset without a tree,
+        where the call makes no commit."""
         return workflow.now().timestamp() if self.workspace is not None else 0.0
 
     @property
@@ -315,17 +311,9 @@ class AgentLoop:
 
     # ------------------------------------------------------------------ compaction
 
-    def _compacts(self) -> bool:
-        """Whether this run compacts after a refusal (``versions.COMPACTION``): asked only
-        when a call was refused as too long, so the marker (and the search-attribute
-        upsert a patch costs) is in the histories of those runs alone."""
-        if self._compacting is None:
-            self._compacting = versions.on(versions.COMPACTION, self.settled)
-        return self._compacting
-
     def _checks_window(self) -> bool:
         """Whether this turn's call is checked against the compaction threshold: unless the
-        history was already compacted for it. No patch: what follows a check is decided by
+        history was already compacted for it. What follows a check is decided by
         the call's recorded result (``over_window``), which no run from before has."""
         return self._compacted_turn != self.turn
 
@@ -335,7 +323,6 @@ class AgentLoop:
             isinstance(cause, ApplicationError)
             and cause.type == FailureType.CONTEXT_WINDOW_EXCEEDED.value
             and self._refused_turn != self.turn
-            and self._compacts()
         )
 
     async def _compact(self, reason: str, check: WindowCheck | None) -> bool:
@@ -395,11 +382,7 @@ class AgentLoop:
         asks = needs_approval(ref.name, policy) or (
             ref.name in self.tools and requires_approval(ref.name, self.spec.run_command)
         )
-        if (
-            self.approvals is None
-            or not asks
-            or not versions.on(versions.TOOL_APPROVAL, self.settled)
-        ):
+        if self.approvals is None or not asks:
             return await self._dispatch(message_id, index, ref, None)
         self.phase = "waiting for approval"
         decision = await self.approvals.ask(
@@ -515,31 +498,20 @@ class AgentLoop:
     async def _run_tool(self, inp: ToolCallInput) -> ToolCallOutput:
         """``run_tool``: a workspace tool call."""
         params = policies.current_parameters()
-        if self.llm_local or versions.on(versions.FEWER_ROUND_TRIPS, self.settled):
-            # A local activity: workspace tools take milliseconds and are idempotent
-            # (atomic writes, reads), so they run inside the workflow task that received
-            # the model's answer instead of costing a server round trip and a workflow
-            # task of their own. Temporal Web still shows each call, as a local-activity
-            # marker with its input and result.
-            out: ToolCallOutput = await workflow.execute_local_activity(
-                ACT_RUN_TOOL,
-                inp,
-                result_type=ToolCallOutput,
-                start_to_close_timeout=params.tool_start_to_close,
-                retry_policy=params.tool_retry,
-                local_retry_threshold=policies.LOCAL_RETRY_THRESHOLD,
-            )
-            return out
-        # A run started before the change replays the regular activity it ran.
-        ran: ToolCallOutput = await workflow.execute_activity(
+        # A local activity: workspace tools take milliseconds and are idempotent (atomic
+        # writes, reads), so they run inside the workflow task that received the model's
+        # answer instead of costing a server round trip and a workflow task of their own.
+        # Temporal Web still shows each call, as a local-activity marker with its input
+        # and result.
+        out: ToolCallOutput = await workflow.execute_local_activity(
             ACT_RUN_TOOL,
             inp,
             result_type=ToolCallOutput,
             start_to_close_timeout=params.tool_start_to_close,
-            heartbeat_timeout=policies.SHORT_HEARTBEAT,
             retry_policy=params.tool_retry,
+            local_retry_threshold=policies.LOCAL_RETRY_THRESHOLD,
         )
-        return ran
+        return out
 
     def _approval_unavailable(self, name: str) -> bool:
         """Whether ``name`` needs a person's approval by default that nobody can give here
@@ -654,7 +626,6 @@ class AgentLoop:
             root_session_id=self.root_session_id,
             depth=self.depth + 1,
             llm_local=self.llm_local,
-            settled=True,
             approval=self.approval,
             mcp_tools=self.mcp_servers,
             workspace=subagent_start(tree, child_id, prep.agent) if tree is not None else None,

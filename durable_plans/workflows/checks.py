@@ -5,8 +5,7 @@ replay reads it, a crash after it never runs it again, and a worker lost while i
 has it run again by the next worker (it is idempotent: a throwaway copy of the tree).
 Commands run in order and a round stops at the first that fails.
 
-Nothing here runs unless a ``check`` is set, which no run recorded before has: runs
-without one issue exactly the commands they always did (no patch needed).
+Nothing here runs unless a ``check`` is set: runs without one issue no command for it.
 """
 
 from __future__ import annotations

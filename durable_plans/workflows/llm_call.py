@@ -3,8 +3,8 @@
 Either way the call is the ``call_llm`` activity, retried by Temporal with the same policy
 (DESIGN.md: every LLM call is a retryable activity); only where it runs differs.
 
-* **Local** (a plan's subtasks' calls when its run took ``versions.LLM_LOCAL``, carried
-  in ``SubtaskInput.llm_local``): the worker that
+* **Local** (a plan's subtasks' calls when its worker said so, ``WorkerFacts.llm_local``,
+  carried in ``SubtaskInput.llm_local``): the worker that
   runs the workflow task runs the call and records its result as a marker. No activity
   task is scheduled, matched, started and completed, and no workflow task is needed to
   hand the result back: a subtask's common path (call, tool call, call) is one workflow
@@ -15,7 +15,7 @@ Either way the call is the ``call_llm`` activity, retried by Temporal with the s
   the regular activity's 15 s heartbeat timeout) and the next worker runs the call again
   (the stored answer makes a second run of a finished call answer the same); signals,
   updates and queries reach the workflow between calls or at those task completions.
-* **Regular** (conversations, subtasks whose calls stream, runs recorded before): an
+* **Regular** (conversations, subtasks whose calls stream): an
   activity task any worker may take, heartbeating, with its own events.
 """
 
@@ -31,20 +31,11 @@ from temporalio.exceptions import ActivityError, FailureError
 with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.contracts import LlmCallOutput
 
-from durable_plans.workflows import policies, versions
+from durable_plans.workflows import policies
 
-__all__ = ["execute_llm_activity", "execute_local", "takes_local_calls"]
+__all__ = ["execute_llm_activity", "execute_local"]
 
 T = TypeVar("T")
-
-
-def takes_local_calls() -> bool:
-    """Whether the subtasks this run starts make their LLM calls as local activities:
-    decided live from the worker's parameters and recorded as the ``LLM_LOCAL`` patch
-    marker, read back from that marker on replay. Call once, in the run's first task."""
-    if workflow.unsafe.is_replaying_history_events() or policies.current_parameters().llm_local:
-        return workflow.patched(versions.LLM_LOCAL)
-    return False
 
 
 async def execute_llm_activity(

@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         ACT_PLAN_DATA_CHECK,
         ACT_PLAN_DATA_SAVE_REPORT,
         ACT_PLAN_DATA_UNPACK,
+        ACT_WORKER_FACTS,
         PLAN_WORKFLOW,
         BranchSpendInput,
         BranchSpendOutput,
@@ -55,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         PlanInput,
         SubtaskFailureDetails,
         SubtaskInput,
+        WorkerFacts,
     )
     from durable_plans.domain.failures import (
         FailureType,
@@ -109,11 +111,10 @@ with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.tools_config import McpServerTools
     from durable_plans.domain.workspace_refs import WorkspaceRef, WorkspaceStart, WorkspaceSummary
 
-from durable_plans.workflows import policies, versions
+from durable_plans.workflows import policies
 from durable_plans.workflows.checks import run_check_round
-from durable_plans.workflows.llm_call import takes_local_calls
 from durable_plans.workflows.pauses import PauseDesk, PauseHandlers
-from durable_plans.workflows.plan_webhook import deliver_report, should_notify
+from durable_plans.workflows.plan_webhook import deliver_report
 from durable_plans.workflows.plan_workspace import (
     open_base,
     plan_identity,
@@ -219,24 +220,24 @@ class PlanWorkflow(PauseHandlers):
         # next result. Removed once that result is in.
         self._prior: dict[str, SubtaskResult] = {}
         self._attempt: dict[str, int] = {}  # retries of the attempt each child runs
-        # Children's LLM calls run as local activities (``versions.LLM_LOCAL``).
+        # What the worker decided for this run (``WorkerFacts``), in its first activation:
+        # whether children's LLM calls run as local activities.
         self._llm_local = False
         # Subtasks held for an operator (``on_failure: pause``), the operators' Updates on
         # them, and the budget those may raise.
         self.pause_desk = PauseDesk(wake=self._wake)
-        # The workspace kept in git (``versions.GIT_WORKSPACE``): the base commit every
-        # tree starts from, and what the plan published when it ended.
-        self._git = False
+        # The workspace kept in git: the base commit every tree starts from, and what the
+        # plan published when it ended.
         self._base: str | None = None
         self._published: WorkspaceSummary | None = None
         # Subtasks by id, and how many leading ones are merged: a plan of thousands looks
         # them up on every start and merge, which a scan of the plan would make quadratic.
         self._subtasks: dict[str, Subtask] = {}
         self._merge_from = 0
-        self._batched = False  # at most START_BATCH starts per pass (versions.START_BATCH)
-        self._settled: frozenset[str] = frozenset()  # versions.SETTLED
         # The plan's own check on the merged result (``domain/checks.py``): its runs, and
         # the failure it ended the plan with.
+        # The run was cancelled while it asked its worker (``_ask_worker``).
+        self._cancel_held = False
         self._plan_checks: list[CheckRun] = []
         self._check_error: ErrorInfo | None = None
 
@@ -392,9 +393,9 @@ class PlanWorkflow(PauseHandlers):
 
     def _continued(self, inp: PlanInput) -> PlanInput:
         """The next run's input: for a plan by reference, the carried progress packed
-        (it grows with every subtask, and compresses well), with the lean plan's subtasks
-        (``versions.PACKED_CARRY``), so a 10,000-subtask plan's continue-as-new input,
-        and the next run's started event, stay a fraction of one payload."""
+        (it grows with every subtask, and compresses well), with the lean plan's subtasks,
+        so a 10,000-subtask plan's continue-as-new input, and the next run's started
+        event, stay a fraction of one payload."""
         carried = self._carry(inp)
         if carried.plan_data is None:
             return carried
@@ -404,12 +405,16 @@ class PlanWorkflow(PauseHandlers):
             "branches": [list(b) for b in carried.branches],
             "prior": [r.model_dump(mode="json", exclude_defaults=True) for r in carried.prior],
         }
-        update: dict[str, object] = {"results": (), "merged": (), "branches": (), "prior": ()}
-        if versions.on(versions.PACKED_CARRY, self._settled):
-            wrapper[CARRIED_SUBTASKS] = [
-                s.model_dump(mode="json", exclude_defaults=True) for s in carried.plan.subtasks
-            ]
-            update["plan"] = carried.plan.model_copy(update={"subtasks": ()})
+        wrapper[CARRIED_SUBTASKS] = [
+            s.model_dump(mode="json", exclude_defaults=True) for s in carried.plan.subtasks
+        ]
+        update: dict[str, object] = {
+            "results": (),
+            "merged": (),
+            "branches": (),
+            "prior": (),
+            "plan": carried.plan.model_copy(update={"subtasks": ()}),
+        }
         return carried.model_copy(update={**update, "carried": pack(wrapper)})
 
     @staticmethod
@@ -510,13 +515,35 @@ class PlanWorkflow(PauseHandlers):
             ) from None
         return out
 
-    def _settle(self) -> None:
-        """Whether this run is settled (``versions.SETTLED``); if so, the worker's own two
-        decisions are taken now too, in the run's first activation."""
-        self._settled = versions.settled(versions.SETTLED_IN_PLAN)
-        if self._settled:
-            self._llm_local = takes_local_calls()
-            self._visibility.decide(self._settled)
+    async def _ask_worker(self) -> None:
+        """What this run's worker decided for it (``WorkerFacts``): whether its children's
+        LLM calls run as local activities and whether it sets the ``Dplan*`` search
+        attributes. Asked of the worker itself in a local activity, the run's first command
+        (after a plan by reference's own check), so the history records the answer and a
+        replay (by a worker with other settings, or ``dplan replay``) takes the same. One
+        attempt: should it fail, the failure is recorded as its answer and the run takes
+        the defaults (no local calls, no attributes), which cannot fail.
+
+        A cancellation that arrives meanwhile (a plan cancelled as it starts) is held
+        until the run is set up (``_cancel_held``), so it ends as a cancelled plan with its
+        report, as one cancelled a moment later does."""
+        asked = workflow.start_local_activity(
+            ACT_WORKER_FACTS,
+            result_type=WorkerFacts,
+            start_to_close_timeout=policies.WORKER_FACTS_TIMEOUT,
+            retry_policy=policies.ONCE,
+            local_retry_threshold=policies.LOCAL_RETRY_THRESHOLD,
+        )
+        try:
+            try:
+                facts = await asyncio.shield(asked)
+            except asyncio.CancelledError:
+                self._cancel_held = True
+                facts = await asked
+        except ActivityError:
+            facts = WorkerFacts()
+        self._llm_local = facts.llm_local
+        self._visibility.enabled = facts.search_attributes
 
     @workflow.run
     async def run(self, raw: RawValue = NO_INPUT) -> PlanReport:
@@ -527,11 +554,7 @@ class PlanWorkflow(PauseHandlers):
         """
         decoded = self._decode(raw)
         by_reference = isinstance(decoded, PackedPlan) or decoded.plan_data is not None
-        # First thing, before any local activity (``versions.SETTLED``): a settled run asks
-        # no other patch but the two the worker decides, asked here too.
-        self._settle()
         if by_reference:
-            versions.on(versions.PLAN_DATA_REF, self._settled)
             inp = await self._by_reference(decoded)
         else:
             assert isinstance(decoded, PlanInput)
@@ -545,12 +568,6 @@ class PlanWorkflow(PauseHandlers):
             raise invalid_plan_error(f"invalid plan {plan.id!r}: " + "; ".join(problems), problems)
         self._dag = DagIndex(plan)
         self._subtasks = {s.id: s for s in plan.subtasks}
-        self._batched = versions.on(versions.START_BATCH, self._settled)
-        # Asked here, once, whatever happens next: a patch asked at a moment that depends
-        # on timing would be answered differently by a run and its replay.
-        self._git = versions.on(versions.GIT_WORKSPACE, self._settled)
-        if not self._settled:
-            self._llm_local = takes_local_calls()
         # Stable across continue-as-new, new for every fresh run of the same plan id.
         self._plan_run_id = plan_run_id(plan.id, workflow.info().first_execution_run_id)
         # A plan of thousands by reference leaves its base session alone: every subtask's
@@ -577,6 +594,9 @@ class PlanWorkflow(PauseHandlers):
         )
         self._inp = inp
         self._started_at_s = inp.started_at_s or workflow.now().timestamp()
+        # Once the state a query reads is set (a status query while the answer is awaited
+        # sees the plan), before any command but a plan by reference's check.
+        await self._ask_worker()
         self._visibility.start(plan, self._progress_report())
         if pauses.waiting:  # continued while paused: say so in this run too
             self._visibility.progress(self._progress_report, paused=self._paused())
@@ -585,9 +605,10 @@ class PlanWorkflow(PauseHandlers):
         if self._mcp_tools is None:
             self._mcp_tools = await self._list_mcp_tools(plan, catalog)
         try:
-            if self._git:
-                # Resolved once, then carried: continued and retried runs start from it.
-                self._base = inp.workspace_base or await open_base(plan)
+            if self._cancel_held:
+                raise asyncio.CancelledError
+            # Resolved once, then carried: continued and retried runs start from it.
+            self._base = inp.workspace_base or await open_base(plan)
             carried_over = await self._drive(plan, inp)
         except asyncio.CancelledError:
             await self._cancel_everything(plan)
@@ -639,7 +660,7 @@ class PlanWorkflow(PauseHandlers):
     async def _check_result(self, plan: Plan) -> None:
         """The plan's ``check`` on the merged result, once every subtask completed (one
         round: nobody is left to fix it); a failure makes the report ``failed`` with
-        ``CheckFailed``. Only a plan with a ``check`` gets here (no run recorded before)."""
+        ``CheckFailed``. Only a plan with a ``check`` gets here."""
         if self._cancelled or any(
             self._status_of(s.id) is not SubtaskStatus.COMPLETED for s in plan.subtasks
         ):
@@ -672,7 +693,7 @@ class PlanWorkflow(PauseHandlers):
         """The tools of the MCP servers this plan's agents may use, listed once (an
         activity) and kept in the workflow, and carried on: every replay and every later
         run of this plan sees the same tools. None when no agent uses one (no activity,
-        so plans without MCP, and runs recorded before it, issue the same commands)."""
+        so plans without MCP issue no command for it)."""
         used = {s.agent for s in plan.subtasks}
         agents = [catalog.get(name) for name in sorted(used)]
         if any(SPAWN_TOOL in a.tools for a in agents):  # may start any agent
@@ -716,7 +737,7 @@ class PlanWorkflow(PauseHandlers):
         """Tell the plan's webhook how it ended, once the report is final (completed,
         failed or cancelled alike); the outcome goes to the memo (``workflows/plan_webhook.py``),
         and neither the report nor the way the plan ends depends on it."""
-        if plan.notify is not None and should_notify(self._settled):
+        if plan.notify is not None:
             await deliver_report(self._plan_run_id, plan.notify, report)
 
     async def _drive(self, plan: Plan, inp: PlanInput) -> bool:
@@ -766,7 +787,7 @@ class PlanWorkflow(PauseHandlers):
     def _history_near_goal(self) -> bool:
         """Whether this run's history, with what its running children will add, nears
         ``HISTORY_GOAL_*`` (history length and size are the replayed task's, so a replay
-        answers the same; ``versions.HISTORY_GOAL`` is asked only once it does)."""
+        answers the same)."""
         info = workflow.info()
         events = info.get_current_history_length()
         size = info.get_current_history_size()
@@ -775,7 +796,7 @@ class PlanWorkflow(PauseHandlers):
             events + tail >= HISTORY_GOAL_MARGIN * HISTORY_GOAL_EVENTS
             or size + tail * size / max(events, 1) >= HISTORY_GOAL_MARGIN * HISTORY_GOAL_BYTES
         )
-        return near and versions.on(versions.HISTORY_GOAL, self._settled)
+        return near
 
     def _schedule(self, plan: Plan, inp: PlanInput, *, start_new: bool) -> None:
         """Skip what can never run, then start what can, up to ``max_parallel`` (no awaits).
@@ -807,9 +828,7 @@ class PlanWorkflow(PauseHandlers):
         if not start_new:
             return
         # The rest when a child finishes (the next pass, the next task).
-        room = plan.max_parallel - len(self._running)
-        if self._batched:
-            room = min(room, START_BATCH)
+        room = min(plan.max_parallel - len(self._running), START_BATCH)
         for sid in frontier.ready(max(room, 0)):
             self._start(plan, sid, inp)
 
@@ -829,7 +848,6 @@ class PlanWorkflow(PauseHandlers):
             root_session_id=default_session_id(plan),
             depth=0,
             llm_local=self._llm_local,
-            settled=True,
             retries=retries,
             approval=plan.approval,
             mcp_tools=self._mcp_tools or (),
@@ -969,7 +987,7 @@ class PlanWorkflow(PauseHandlers):
             for sid in started
             if (r := self._results.get(sid)) is not None and r.status is SubtaskStatus.CANCELLED
         ]
-        if not cancelled or not versions.on(versions.CANCELLED_SPEND, self._settled):
+        if not cancelled:
             return
         base = default_session_id(plan)
         keys = {sid: attempt_key(sid, self._attempt.get(sid, 0)) for sid in cancelled}

@@ -35,7 +35,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_plans.domain.webhook import NOTIFY_MEMO_KEY
 
-from durable_plans.workflows import versions
 from durable_plans.workflows.policies import ActivityParameters, current_parameters
 
 __all__ = [
@@ -43,7 +42,6 @@ __all__ = [
     "deliver_report",
     "delivery_window",
     "outcome_of_failure",
-    "should_notify",
 ]
 
 # The memo field holding the DeliveryOutcome (as JSON): {"status", "webhook_id",
@@ -137,10 +135,3 @@ def outcome_of_failure(err: ActivityError, webhook_id: str, window: timedelta) -
         last_status=last.status_code,
         reason=reason[:500],
     )
-
-
-def should_notify(settled: frozenset[str] = frozenset()) -> bool:
-    """Whether this run delivers, for a plan with ``notify``: the new path is recorded with
-    the patch marker (or taken unasked by a settled run), and a replay of a run from before
-    the patch takes the old one."""
-    return versions.on(versions.NOTIFY_WEBHOOK, settled)

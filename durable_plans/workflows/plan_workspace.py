@@ -184,7 +184,7 @@ async def start_head(start: WorkspaceStart, subtask: str, *, local: bool = False
     subtask with ``WorkspaceConflict``, naming the files, the subtasks and the ref an
     operator may push a resolution to). ``local``: the merge is a local activity, in the
     workflow task that starts the subtask (a run whose LLM calls are local,
-    ``versions.LLM_LOCAL``: one activity task and one workflow task fewer per join)."""
+    ``WorkerFacts.llm_local``: one activity task and one workflow task fewer per join)."""
     if not start.parents:
         return start.base
     if len(start.parents) == 1:

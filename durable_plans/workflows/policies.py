@@ -37,12 +37,14 @@ __all__ = [
     "NON_RETRYABLE_NOTIFY_ERRORS",
     "NON_RETRYABLE_WORKSPACE_ERRORS",
     "NOTIFY_BACKOFF_COEFFICIENT",
+    "ONCE",
     "PARAMETERS_EXTERN",
     "RATE_LIMIT_MIN_DELAY",
     "SHORT_HEARTBEAT",
     "STORE_OP_RETRY",
     "STORE_OP_TIMEOUT",
     "TOOL_ERROR_START_TO_CLOSE",
+    "WORKER_FACTS_TIMEOUT",
     "WORKSPACE_START_TO_CLOSE",
     "ActivityParameters",
     "check_retry",
@@ -86,10 +88,15 @@ NON_RETRYABLE_WORKSPACE_ERRORS = (
 # runs again elsewhere within seconds, not when this bound runs out.
 WORKSPACE_START_TO_CLOSE = timedelta(minutes=5)
 
-# Runs recorded before workspace tools became local activities ran them as regular
-# activities, heartbeating every second; a silent one was retried elsewhere after this.
-# Kept so those histories still replay (the old path is only ever replayed).
+# The heartbeat timeout of short regular activities that heartbeat every second (workspace
+# open, merge and publish, checks, MCP listing): a silent one is retried elsewhere after it.
 SHORT_HEARTBEAT = timedelta(seconds=5)
+
+# The ``worker_facts`` local activity (``domain.contracts.WorkerFacts``): it reads two
+# fields of the worker's own state, so one attempt, and a worker that cannot answer is
+# answered by the defaults (recorded as the failed attempt) rather than retried.
+WORKER_FACTS_TIMEOUT = timedelta(seconds=10)
+ONCE = RetryPolicy(maximum_attempts=1)
 
 # Every local activity passes this as its ``local_retry_threshold``: a retry whose backoff
 # exceeds it waits on a workflow timer and is scheduled anew, instead of being retried
@@ -201,9 +208,9 @@ class ActivityParameters:
     llm_local: bool = False
     """A subtask's LLM calls may run as local activities (``workflows/llm_call.py``):
     ``DPLAN_LLM_LOCAL`` on, subtasks not streaming, and the worker running the LLM activity
-    itself. Off where a worker did not say (a replayer, a workflows-only worker). A new run
-    decides once and records the decision (``versions.LLM_LOCAL``), so unlike the numbers
-    above, replay never reads it."""
+    itself. Off where a worker did not say (a replayer, a workflows-only worker). A plan run
+    asks its worker once and records the answer (``WorkerFacts.llm_local``), so unlike the
+    numbers above, replay never reads it."""
 
     def __post_init__(self) -> None:
         problems = [

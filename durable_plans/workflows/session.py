@@ -94,7 +94,6 @@ with workflow.unsafe.imports_passed_through():
         UndoResult,
     )
 
-from durable_plans.workflows import versions
 from durable_plans.workflows.agent_loop import AgentLoop, CustomTool, LoopFailed
 from durable_plans.workflows.approval_desk import ApprovalHandlers
 from durable_plans.workflows.chat_workspace import (
@@ -163,11 +162,6 @@ class SessionWorkflow(ApprovalHandlers):
         # Turns admitted and not finished yet (running, or waiting for the lock): undo
         # is refused while there are any, so it never takes back a turn nobody has seen.
         self._open_turns = 0
-        # Asked here, once, before any update this run handles can need it: an update
-        # delivered with the run's first task runs before ``run`` does. A settled run
-        # (``versions.SETTLED``, asked first) asks no other patch, here or in its loops.
-        self._settled = versions.settled(versions.SETTLED_IN_LOOP)
-        self._git = versions.on(versions.CHAT_WORKSPACE, self._settled)
         self._workspace: ChatWorkspace | None = inp.workspace
         self._turns: list[ChatTurn] = list(inp.turns)
         self.approval_desk.decided = {d.call_id: d for d in inp.approvals}
@@ -354,7 +348,7 @@ class SessionWorkflow(ApprovalHandlers):
             self._open_turns -= 1
 
     async def _run_turn(self, text: str, agent: str) -> SendMessageResult:
-        if self._git and self._workspace is None:
+        if self._workspace is None:
             # Before the turn leaves any trace: a workspace that cannot be used fails the
             # turn with nothing written, and the next one tries again.
             self._workspace = await open_chat_workspace(self._session_id, agent)
@@ -383,7 +377,6 @@ class SessionWorkflow(ApprovalHandlers):
             system_prompt=spec.system_prompt,
             approvals=self.approval_desk,
             workspace=ws.ref if ws is not None else None,
-            settled=self._settled,
         )
         self.approval_desk.prefix = f"{n}."  # turns restart with each message
         self._pending_switch = None

@@ -30,11 +30,9 @@ with workflow.unsafe.imports_passed_through():
         shown,
     )
     from durable_plans.domain.contracts import (
-        ACT_BEGIN_SUBTASK,
         ACT_END_SUBTASK,
         SUBTASK_WORKFLOW,
         BeginSubtaskInput,
-        BeginSubtaskOutput,
         EndSubtaskInput,
         SubtaskFailureDetails,
         SubtaskInput,
@@ -53,7 +51,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_plans.domain.workspace_refs import WorkspaceRef
 
-from durable_plans.workflows import versions
 from durable_plans.workflows.agent_loop import AgentLoop, LoopFailed
 from durable_plans.workflows.approval_desk import ApprovalHandlers
 from durable_plans.workflows.checks import run_check_round, tell_the_model
@@ -116,7 +113,6 @@ class SubtaskWorkflow(ApprovalHandlers):
             approvals=self.approval_desk,
             approval=inp.approval,
             mcp_servers=inp.mcp_tools,
-            settled=versions.SETTLED_IN_LOOP if inp.settled else frozenset(),
         )
         self.approval_desk.subtask = sub.id
         self._loop = loop
@@ -149,17 +145,12 @@ class SubtaskWorkflow(ApprovalHandlers):
                 succeeded=succeeded,
             )
 
-        # A child whose calls are local was started after the change: no marker asked.
-        if inp.llm_local or versions.on(versions.FEWER_ROUND_TRIPS, loop.settled):
-            # The first LLM call builds the branch and the answering one closes it: no
-            # local activity of their own (each costs about a workflow task).
-            loop.begin = begin
-            # A checked subtask's branch is closed once its checks passed (below).
-            loop.close_on_answer = None if checks else end(True)
-            loop.llm_local = inp.llm_local
-        else:  # a run started before the change replays its begin_subtask step
-            loop.phase = "isolating"
-            await store_op(ACT_BEGIN_SUBTASK, begin, result_type=BeginSubtaskOutput)
+        # The first LLM call builds the branch and the answering one closes it: no local
+        # activity of their own (each costs about a workflow task).
+        loop.begin = begin
+        # A checked subtask's branch is closed once its checks passed (below).
+        loop.close_on_answer = None if checks else end(True)
+        loop.llm_local = inp.llm_local
 
         def failure_details() -> SubtaskFailureDetails:
             return SubtaskFailureDetails(

@@ -2,17 +2,14 @@
 
 ``PlanVisibility`` sets a plan's ``Dplan*`` search attributes (``domain.search_attributes``)
 when it starts, as its counts change, and when it ends, and its memo (goal, subtask
-count) whoever started it. Both are new workflow commands, so both are behind patches
-(``versions.SELF_MEMO``, ``versions.SEARCH_ATTRIBUTES``): runs recorded before them replay
-without them.
+count) whoever started it.
 
 Setting an attribute the namespace has not registered fails the workflow task, so the
-worker checks the namespace at start (``DurablePlansPlugin``) and hands the answer to its
-workflows through an extern function. That answer may differ between the worker that ran
-a workflow and one that replays it (a replayer knows nothing; a worker started before
-``dplan setup`` thinks they are missing). So the decision is made once per run, in its
-first task, and recorded in the history as the ``SEARCH_ATTRIBUTES`` patch marker, which
-only a run that sets attributes records: a replay reads the marker, never the extern.
+worker checks the namespace at start (``DurablePlansPlugin``). That answer may differ
+between the worker that ran a workflow and one that replays it (a replayer knows nothing;
+a worker started before ``dplan setup`` thinks they are missing). So the run asks its
+worker once, in its first activation, in the ``worker_facts`` local activity
+(``WorkerFacts.search_attributes``), whose recorded result a replay reads: ``enabled``.
 
 Bounded: one upsert at start, at most one per ``PROGRESS_INTERVAL`` of workflow time while
 counts change (coalescing every completion in between), one at the end; so a plan's
@@ -39,21 +36,17 @@ from durable_plans.domain import search_attributes as sa
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.domain.workspace_refs import WorkspaceSummary
-from durable_plans.workflows import versions
 
 __all__ = [
     "GOAL_CHARS",
     "GOAL_SEARCHABLE_EXTERN",
     "PROGRESS_INTERVAL",
-    "SEARCH_ATTRIBUTES_EXTERN",
     "WORKSPACE_MEMO",
     "PlanVisibility",
     "plan_memo",
-    "search_attributes_registered",
 ]
 
-# The name under which a worker tells its workflows whether the attributes are registered.
-SEARCH_ATTRIBUTES_EXTERN = "durable_plans.search_attributes_registered"
+# The name under which a worker tells its workflows whether the goal may be an attribute.
 GOAL_SEARCHABLE_EXTERN = "durable_plans.goal_searchable"
 
 # Minimum workflow time between two progress upserts: each is a history event and a
@@ -82,34 +75,11 @@ PAUSED_REASON_CHARS = 300
 WORKSPACE_MEMO = "workspace"
 
 
-def search_attributes_registered() -> bool:
-    """The worker's answer: are all ``Dplan*`` attributes registered? False when the
-    worker did not say (a replayer, a worker assembled without the plugin)."""
-    extern = workflow.extern_functions().get(SEARCH_ATTRIBUTES_EXTERN)
-    return bool(extern()) if extern is not None else False
-
-
 def goal_searchable() -> bool:
     """False where the worker encrypts payloads: a search attribute is stored and indexed
     in plain text, so the goal would leak past the codec. True when the worker did not say."""
     extern = workflow.extern_functions().get(GOAL_SEARCHABLE_EXTERN)
     return bool(extern()) if extern is not None else True
-
-
-def sets_search_attributes() -> bool:
-    """Whether this run sets search attributes: decided live from the worker's answer and
-    recorded as a patch marker; read back from that marker on replay. Call once, in the
-    run's first task, before any other command."""
-    if workflow.unsafe.is_replaying_history_events() or search_attributes_registered():
-        return workflow.patched(versions.SEARCH_ATTRIBUTES)
-    return False
-
-
-def says_idle_progress(settled: frozenset[str] = frozenset()) -> bool:
-    """Whether this run says held-back progress when it goes idle (``PlanVisibility.idle``):
-    every run since that began, recorded as a patch marker in the run's first task (or
-    taken unasked by a settled run)."""
-    return versions.on(versions.IDLE_PROGRESS, settled)
 
 
 def plan_memo(plan: Plan) -> dict[str, Any]:
@@ -128,36 +98,21 @@ class PlanVisibility:
     """A PlanWorkflow's memo and search attributes over its run."""
 
     def __init__(self) -> None:
+        # Whether this run sets the attributes: the worker's recorded answer
+        # (``WorkerFacts.search_attributes``), set by the plan before ``start``.
         self.enabled = False
-        self._says_idle = False
-        self._settled: frozenset[str] = frozenset()  # versions.SETTLED, by ``decide``
         self._last: dict[str, Any] = {}
         self._last_at_s = 0.0
         self._paused: dict[str, str] = {}
 
-    def decide(self, settled: frozenset[str]) -> None:
-        """A settled run's decision (``versions.SETTLED``), taken in its first activation,
-        before any local activity: whether it sets search attributes (the worker's answer,
-        recorded); ``start`` asks nothing then."""
-        self._settled = settled
-        self.enabled = sets_search_attributes()
-
     def start(self, plan: Plan, report: PlanReport) -> None:
-        """First task of a run: the memo, the decision, and ``running`` with the counts
-        carried over (a continued run starts from its predecessor's)."""
-        if versions.on(versions.SELF_MEMO, self._settled):
-            memo = plan_memo(plan)
-            current = {key: workflow.memo_value(key, None) for key in memo}
-            if current != memo:
-                workflow.upsert_memo(memo)
-        if not self._settled:
-            self.enabled = sets_search_attributes()
+        """First task of a run: the memo, and ``running`` with the counts carried over (a
+        continued run starts from its predecessor's)."""
+        memo = plan_memo(plan)
+        current = {key: workflow.memo_value(key, None) for key in memo}
+        if current != memo:
+            workflow.upsert_memo(memo)
         if self.enabled:
-            # Asked here, in the run's first task, not where the plan goes idle: whether
-            # anything is held back there depends on when children finished, and a patch
-            # asked at a moment that differs between a run and its replay is itself
-            # non-determinism (a replay asking before its marker is reached answers no).
-            self._says_idle = says_idle_progress(self._settled)
             first = self._values(report, sa.VisibilityStatus.RUNNING) | {sa.PLAN_ID.name: plan.id}
             if goal_searchable():
                 first[sa.GOAL.name] = scrub_secrets(plan.goal)[:GOAL_CHARS]
@@ -188,11 +143,8 @@ class PlanVisibility:
         """The counts ``progress`` held back, said now: the plan is about to wait with
         nothing running, and no completion will come to carry them, so ``dplan list``
         would show stale counts for as long as the wait lasts.
-
-        Runs recorded before this existed waited without the upsert; they carry no
-        ``versions.IDLE_PROGRESS`` marker, so on replay they skip it here too.
         """
-        if not self._says_idle:
+        if not self.enabled:
             return
         status = sa.VisibilityStatus.PAUSED if paused else sa.VisibilityStatus.RUNNING
         self._upsert(self._values(report(), status))

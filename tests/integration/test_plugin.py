@@ -14,13 +14,20 @@ from typing import Any
 
 import pytest
 from temporalio import activity
+from temporalio.activity import _Definition
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer, Worker
 
 from durable_plans.activities.registry import PlanActivities
-from durable_plans.domain.contracts import ACT_CALL_LLM, ACT_RUN_TOOL, ToolCallInput, ToolCallOutput
+from durable_plans.domain.contracts import (
+    ACT_CALL_LLM,
+    ACT_RUN_TOOL,
+    ACT_WORKER_FACTS,
+    ToolCallInput,
+    ToolCallOutput,
+)
 from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import PlanStatus, SubtaskStatus
 from durable_plans.plugin import DurablePlansPlugin, client_carrying, plugin_of
@@ -123,7 +130,13 @@ async def test_build_worker_on_a_client_carrying_the_plugin_configures_the_worke
     active = worker.config(active_config=True)
     names = [w.__name__ for w in active.get("workflows", [])]
     assert sorted(names) == ["PlanWorkflow", "SessionWorkflow", "SubtaskWorkflow"]
-    assert len(active["activities"]) == len(PlanActivities(harness.store, harness.settings).all())
+    # Every activity once, and the plugin's own ``worker_facts`` (asked by each plan run).
+    registered = [str(_Definition.must_from_callable(fn).name) for fn in active["activities"]]
+    expected = [
+        str(_Definition.must_from_callable(fn).name)
+        for fn in PlanActivities(harness.store, harness.settings).all()
+    ]
+    assert sorted(registered) == sorted([*expected, ACT_WORKER_FACTS])
     plugins = [p for p in active["client"].config()["plugins"] if isinstance(p, DurablePlansPlugin)]
     assert len(plugins) == 1 and plugins[0] is not carried
     # The caller's client is untouched.

@@ -94,7 +94,8 @@ async def _dplan_async(
 
 async def _upserts(client: Client, workflow_id: str) -> int:
     """Upserts of our attributes in a workflow's history. The SDK makes upserts of its own
-    (``TemporalChangeVersion``, one per task that calls ``workflow.patched``); not ours."""
+    (``TemporalChangeVersion``, for ``workflow.patched``, which no workflow asks since
+    0.2.0); not ours."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     upserts = (
         event.upsert_workflow_search_attributes_event_attributes.search_attributes

@@ -3,16 +3,17 @@
 A query that reaches a worker while one of a workflow task's local activities runs can
 make the SDK complete that task with the activity's result marker and hand the result to
 the workflow only in the next task (seen in CI, and reproduced on a loaded machine: 3 of
-52 runs of ``test_approvals``). A replay hands the result over one task early, so a
-``workflow.patched`` asked right after it is not known yet and answers no; the marker in
-the history then matches nothing and the replay fails. Runs since ``versions.SETTLED``
-ask no patch there.
+52 runs of ``test_approvals``). A replay hands the result over one task early, so
+anything the workflow decides right after it from the task it is in, a
+``workflow.patched`` above all, is decided otherwise; the history then matches nothing
+and the replay fails. The 0.2.0 workflows ask no patch (``workflows/versions.py``).
 
-The timing cannot be forced on a live server, so each recorded history of the current
-shape is rewritten into every such history it could have been (a task ended after each
-local-activity marker that had more commands after it) and each must replay. The same
-rewrite of the previous shape's approval subtasks fails as CI did, which is what makes
-the check able to fail.
+The timing cannot be forced on a live server, so each recorded history of the baseline
+is rewritten into every such history it could have been (a task ended after each
+local-activity marker that had more commands after it) and each must replay. A patch
+asked right after a local activity (the 0.1 approval subtasks' ``tool-approval-1``, put
+back in a baseline history and its workflow) fails the same rewrite as CI did, which is
+what makes the check able to fail.
 """
 
 from __future__ import annotations
@@ -25,14 +26,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio import workflow
 from temporalio.client import WorkflowHistory
 
 from durable_plans.cli.replay_command import make_replayer, workflow_id_from_file_name
+from durable_plans.plugin import PASSTHROUGH_MODULES
+from durable_plans.workflows import agent_loop, llm_call
 from tests.histories.record import CURRENT_SHAPE
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 CURRENT = sorted((HISTORIES / CURRENT_SHAPE).glob("*/*.json"))
-BEFORE_SETTLED = HISTORIES / "v4-local-llm-calls" / "approval"
+APPROVAL = HISTORIES / CURRENT_SHAPE / "approval"
+# The patch the 0.1 approval subtasks asked right after their first LLM call's marker.
+PROBE = "tool-approval-1"
 
 # Events a workflow task's completion writes (its commands' events): the rewrite moves
 # those after the split point into the new task, and touches nothing else.
@@ -178,16 +184,91 @@ async def test_every_forced_task_after_a_local_activity_replays(path: Path) -> N
         assert failure is None, f"{path.name}, task ended after event {index + 1}: {failure}"
 
 
+def _b64(value: object) -> str:
+    return base64.b64encode(json.dumps(value, separators=(",", ":")).encode()).decode()
+
+
+def with_patch_after(history: dict[str, Any], index: int, patch_id: str) -> dict[str, Any]:
+    """``history`` as a run that asked ``workflow.patched(patch_id)`` right after the
+    local-activity marker at ``index`` recorded it: the patch marker and the SDK's
+    ``TemporalChangeVersion`` upsert, in the same task, as the 0.1 histories held them."""
+    events = history["events"]
+    marker_id = int(events[index]["eventId"])
+    completed = events[index]["markerRecordedEventAttributes"]["workflowTaskCompletedEventId"]
+    encoding = base64.b64encode(b"json/plain").decode()
+    inserted = [
+        {
+            "eventId": str(marker_id + 1),
+            "eventTime": events[index]["eventTime"],
+            "eventType": "EVENT_TYPE_MARKER_RECORDED",
+            "markerRecordedEventAttributes": {
+                "markerName": "core_patch",
+                "details": {
+                    "patch-data": {
+                        "payloads": [
+                            {
+                                "metadata": {"encoding": encoding},
+                                "data": _b64({"id": patch_id, "deprecated": False}),
+                            }
+                        ]
+                    }
+                },
+                "workflowTaskCompletedEventId": completed,
+            },
+        },
+        {
+            "eventId": str(marker_id + 2),
+            "eventTime": events[index]["eventTime"],
+            "eventType": "EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES",
+            "upsertWorkflowSearchAttributesEventAttributes": {
+                "workflowTaskCompletedEventId": completed,
+                "searchAttributes": {
+                    "indexedFields": {
+                        "TemporalChangeVersion": {
+                            "metadata": {
+                                "type": base64.b64encode(b"KeywordList").decode(),
+                                "encoding": encoding,
+                            },
+                            "data": _b64([patch_id]),
+                        }
+                    }
+                },
+            },
+        },
+    ]
+    tail = _shift(events[index + 1 :], marker_id, 2)
+    return {**history, "events": events[: index + 1] + inserted + tail}
+
+
+@pytest.fixture
+def asks_a_patch_after_each_llm_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The subtask's agent loop as the 0.1 approval subtasks ran it: ``PROBE`` asked
+    right after an LLM call returns. The loop's module is passed through the sandbox, so
+    the replayer's workflows call this one."""
+    assert "durable_plans.workflows.agent_loop" in PASSTHROUGH_MODULES
+    original = llm_call.execute_llm_activity
+
+    async def then_patched(*args: Any, **kwargs: Any) -> Any:
+        out = await original(*args, **kwargs)
+        workflow.patched(PROBE)
+        return out
+
+    monkeypatch.setattr(agent_loop, "execute_llm_activity", then_patched)
+
+
+@pytest.mark.usefixtures("asks_a_patch_after_each_llm_call")
 @pytest.mark.parametrize("name", ["ok", "no", "edit"])
 async def test_a_patch_asked_after_a_local_activity_fails_that_replay(name: str) -> None:
-    """The previous shape's approval subtasks asked tool-approval-1 right after the LLM
-    call's marker: rewritten so that the task ended between the two, as in the CI run,
-    they fail to replay with the error CI printed."""
-    path = BEFORE_SETTLED / f"hist-approval__{name}.0.json"
-    history = _load(path)
-    events = history["events"]
-    first = next(split_points(events))
-    assert _activity_type(events[first]) == "call_llm"
+    """A baseline approval subtask, as if it had asked ``PROBE`` right after its LLM
+    call's marker (as 0.1 did): it replays as recorded, and rewritten so that the task
+    ended between the two, as in the CI run, it fails to replay with the error CI
+    printed."""
+    path = APPROVAL / f"hist-approval__{name}.0.json"
+    plain = _load(path)
+    first = next(split_points(plain["events"]))
+    assert _activity_type(plain["events"][first]) == "call_llm"
+    history = with_patch_after(plain, first, PROBE)
+    assert await _replay_failure(path, history) is None
     failure = await _replay_failure(path, forced_task_after(history, first))
     assert failure is not None
-    assert "patch marker encountered for change tool-approval-1" in failure
+    assert f"patch marker encountered for change {PROBE}" in failure
