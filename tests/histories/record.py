@@ -26,9 +26,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.testing import WorkflowEnvironment
 
@@ -198,17 +199,22 @@ async def case_subagent(env: Env) -> list[str]:
     return [plan.id]
 
 
-async def case_session(env: Env) -> list[str]:
-    """(e) A conversation: a message, an agent switch, another message, continuing as new
-    after every message (three runs), then ended."""
-    session_id = "hist-session"
-    handle = await env.client.start_workflow(
+async def _start_session(env: Env, session_id: str) -> WorkflowHandle[Any, SessionState]:
+    """A conversation that continues as new after every message (one run per message)."""
+    return await env.client.start_workflow(
         "SessionWorkflow",
         SessionInput(session_id=session_id, max_messages_per_run=1),
         id=session_workflow_id(session_id),
         task_queue=env.task_queue,
         result_type=SessionState,
     )
+
+
+async def case_session(env: Env) -> list[str]:
+    """(e) A conversation: a message, an agent switch, another message, continuing as new
+    after every message (three runs), then ended."""
+    session_id = "hist-session"
+    handle = await _start_session(env, session_id)
     await handle.execute_update(
         "send_message", SendMessageInput(text="Look at the project"), result_type=SendMessageResult
     )
@@ -230,13 +236,7 @@ async def case_streamed(env: Env) -> list[str]:
     """(g) A conversation whose answers stream (signals from the LLM activity) while a
     watcher follows (poll updates), continuing as new after each message."""
     session_id = "hist-streamed"
-    handle = await env.client.start_workflow(
-        "SessionWorkflow",
-        SessionInput(session_id=session_id, max_messages_per_run=1),
-        id=session_workflow_id(session_id),
-        task_queue=env.task_queue,
-        result_type=SessionState,
-    )
+    handle = await _start_session(env, session_id)
     seen: list[StreamEvent] = []
 
     async def watch() -> None:
