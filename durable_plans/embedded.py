@@ -214,7 +214,10 @@ class EmbeddedTemporal:
             )
             try:
                 await self._spawn(binary, bind_ip, port, ui_port)
-                await self._wait_ready(_format_address(host, port))
+                await self._wait_ready(
+                    _format_address(host, port),
+                    _format_address(bind_ip, ui_port) if self._ui else None,
+                )
             except EmbeddedServerError as err:
                 last_error = err
                 await self.stop()
@@ -267,8 +270,10 @@ class EmbeddedTemporal:
             start_new_session=True,
         )
 
-    async def _wait_ready(self, address: str) -> None:
-        """Ready means a client can connect and the server reports itself healthy."""
+    async def _wait_ready(self, address: str, ui_address: str | None) -> None:
+        """Ready means a client can connect, the server reports itself healthy and, when
+        Temporal Web was asked for, its port answers: the server starts the UI after the
+        frontend, and the link we print must work when we print it."""
         assert self._process is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._startup_timeout_s
@@ -283,11 +288,14 @@ class EmbeddedTemporal:
                     client = await Client.connect(
                         address, namespace=self._settings.temporal_namespace
                     )
-                    if await client.service_client.check_health():
+                    if await client.service_client.check_health() and (
+                        ui_address is None or await is_reachable(ui_address, timeout_s=0.5)
+                    ):
                         return
             if loop.time() > deadline:
                 raise EmbeddedServerError(
-                    f"the Temporal dev server did not become ready on {address} within "
+                    f"the Temporal dev server did not become ready on {address}"
+                    f"{f' with Temporal Web on {ui_address}' if ui_address else ''} within "
                     f"{self._startup_timeout_s:g}s; its log is {self.log_path}:\n"
                     f"{self._log_tail()}"
                 )
