@@ -22,6 +22,7 @@ from hypothesis import settings as hypothesis_settings
 
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import describe_store_target, open_session_store
+from tests.file_order import load_durations, longest_files_first
 
 PG_DSN_ENV = "DPLAN_TEST_PG_DSN"
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -124,3 +125,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         text = str(report.longrepr)
         if _utf8_safe(text) != text:
             report.longrepr = _utf8_safe(text)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest files first (tests/file_order.py): every xdist worker collects the same
+    order, and ``--no-loadscope-reorder`` (the Makefile) makes xdist hand files out in it."""
+    longest_files_first(items, load_durations())
