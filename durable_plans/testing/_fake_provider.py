@@ -63,7 +63,9 @@ message, which stay the same across retries and across the turns of one agent lo
                            message>} (plus "agent" for spawn_subagent, see [agent:NAME])
     [agent:NAME]           the agent a [call:spawn_subagent] asks for (default coder)
     [stream-hold]          a streamed answer stops after its first text until
-                           ``POST /control/release-streams`` (``release_streams()``)
+                           ``POST /control/release-streams`` (``release_streams()``);
+                           ``POST /control/hold-streams`` (``hold_streams()``) makes
+                           later ones stop again, as on a fresh provider
     [stream-cut]           the conversation's first streamed answer with text is cut off
                            (connection closed) right after its first text
     [no-stream]            a streamed request is answered with one plain JSON completion,
@@ -337,6 +339,7 @@ class FakeProvider:
         for path in ("/v1/chat/completions", "/chat/completions"):
             app.router.add_post(path, self._handle)
         app.router.add_post("/control/release-streams", self._release_streams)
+        app.router.add_post("/control/hold-streams", self._hold_streams)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
@@ -398,6 +401,12 @@ class FakeProvider:
     async def _release_streams(self, request: web.Request) -> web.Response:
         self._released.set()
         return web.Response(text="released\n")
+
+    async def _hold_streams(self, request: web.Request) -> web.Response:
+        """``[stream-hold]`` answers stop again until the next release (a provider shared
+        by several tests: each holds and releases its own)."""
+        self._released.clear()
+        return web.Response(text="holding\n")
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()

@@ -117,8 +117,16 @@ class FakeProviderProcess:
 
     def release_streams(self) -> None:
         """Let every ``[stream-hold]`` answer, held now or later, go on."""
+        self._control("release-streams")
+
+    def hold_streams(self) -> None:
+        """Undo ``release_streams``: later ``[stream-hold]`` answers stop again until the
+        next release, as they do on a fresh provider."""
+        self._control("hold-streams")
+
+    def _control(self, action: str) -> None:
         root = self.base_url.rsplit("/v1", 1)[0]
-        request = urllib.request.Request(f"{root}/control/release-streams", method="POST")
+        request = urllib.request.Request(f"{root}/control/{action}", method="POST")
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
 

@@ -23,8 +23,9 @@ import termios
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -53,30 +54,53 @@ class Stack:
     env: dict[str, str]
     provider: FakeProviderProcess
     workspace: Path
+    log_start: int = 0  # the provider's log entries before this test
+
+    def log_entries(self) -> list[dict[str, Any]]:
+        """The provider's log entries of the requests answered since this test began."""
+        return self.provider.log_entries()[self.log_start :]
 
 
-@pytest.fixture
-async def stack(temporal_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
-    """A fake provider and a `python -m durable_plans.worker` on a queue of this test's own."""
-    provider = FakeProviderProcess(tmp_path / "provider.jsonl")
+@pytest.fixture(scope="module")
+async def shared_stack(
+    temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
+    """A fake provider and a `python -m durable_plans.worker` on a queue of this module's
+    own, shared by its tests: each uses sessions, plans and branches of its own names."""
+    tmp = tmp_path_factory.mktemp("chat-stack")
+    provider = FakeProviderProcess(tmp / "provider.jsonl")
     provider.start()
-    workspace = tmp_path / "workspace"
+    workspace = tmp / "workspace"
     workspace.mkdir()
     (workspace / "README.md").write_text("# chat workspace\n")
     env = {
-        **worker_env(temporal_env.client, tmp_path, provider, f"tq-chat-{uuid.uuid4().hex[:8]}"),
+        **worker_env(temporal_env.client, tmp, provider, f"tq-chat-{uuid.uuid4().hex[:8]}"),
         "TEMPORAL_NAMESPACE": temporal_env.client.namespace,
         # Plan subtasks stream too (chat streams in either mode), so `dplan status
         # --follow` has live text to show.
         "DPLAN_STREAM": "all",
     }
-    worker = WorkerProcess(env, tmp_path / "worker.log").start()
+    worker = WorkerProcess(env, tmp / "worker.log").start()
     try:
         await asyncio.to_thread(worker.wait_ready)
         yield Stack(env=env, provider=provider, workspace=workspace)
     finally:
         await asyncio.to_thread(worker.stop)
         provider.stop()
+
+
+@pytest.fixture
+async def stack(shared_stack: Stack) -> AsyncIterator[Stack]:
+    """The module's stack as a fresh one is to a test: ``[stream-hold]`` answers held until
+    the test releases them, and the provider's log read from this test's first request."""
+    provider = shared_stack.provider
+    await asyncio.to_thread(provider.hold_streams)
+    log_start = len(provider.log_entries())
+    try:
+        yield replace(shared_stack, log_start=log_start)
+    finally:
+        # A test that failed while a stream was held must not leave it to a later one.
+        await asyncio.to_thread(provider.release_streams)
 
 
 def _cli_env(stack: Stack, **extra: str) -> dict[str, str]:
@@ -306,7 +330,7 @@ async def test_a_stream_cut_off_mid_answer_restarts_on_screen_and_stores_the_who
     assert "orchestrator: Done: " in first and stored not in first, out
     assert retried.startswith(f"orchestrator: {stored}\n"), out
     assert "(the stored answer:)" not in out
-    cut = [e for e in stack.provider.log_entries() if e.get("reason", "") and "cut" in e["reason"]]
+    cut = [e for e in stack.log_entries() if e.get("reason", "") and "cut" in e["reason"]]
     assert len(cut) == 1 and not cut[0]["delivered"]
 
 

@@ -9,7 +9,13 @@ import uuid
 import pytest
 from temporalio.client import Client
 
-from tests.integration.test_chat import Stack, _last_answer, run_cli, stack  # noqa: F401
+from tests.integration.test_chat import (  # noqa: F401
+    Stack,
+    _last_answer,
+    run_cli,
+    shared_stack,
+    stack,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -27,5 +33,5 @@ async def test_a_chat_whose_provider_answers_streams_with_plain_json_shows_the_a
     assert f"orchestrator: {stored}\n" in out, out
     assert "  → tool(list_dir)\n" in out, out
     assert "EmptyAnswer" not in out + err
-    streamed = [e for e in stack.provider.log_entries() if e.get("kind") == "completion"]
+    streamed = [e for e in stack.log_entries() if e.get("kind") == "completion"]
     assert len(streamed) >= 2 and all(e["delivered"] for e in streamed)

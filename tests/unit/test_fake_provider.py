@@ -249,6 +249,48 @@ async def test_a_streamed_answer_is_the_same_answer_in_chunks(p: FakeProvider) -
     assert all(r.delivered and r.usage for r in streamed)
 
 
+async def test_hold_streams_makes_stream_hold_answers_wait_again_after_a_release(
+    p: FakeProvider,
+) -> None:
+    """A release lets every ``[stream-hold]`` answer go on, later ones too, until
+    ``hold-streams``: then they stop after their first text again, as on a fresh provider
+    (one provider shared by several tests, each holding and releasing its own)."""
+    root = p.base_url.rsplit("/v1", 1)[0]
+    first_text = asyncio.Event()
+
+    def has_text(line: str) -> bool:
+        if not line.startswith("data: {"):
+            return False
+        chunk = json.loads(line.removeprefix("data: "))
+        return any((c.get("delta") or {}).get("content") for c in chunk.get("choices") or ())
+
+    async with httpx.AsyncClient(timeout=10.0) as http:
+
+        async def streamed(text: str) -> list[str]:
+            body = {"model": "fake-model", "messages": user(text), "stream": True}
+            url = f"{p.base_url}/chat/completions"
+            headers = {"Authorization": f"Bearer {KEY}"}
+            lines: list[str] = []
+            async with http.stream("POST", url, json=body, headers=headers) as response:
+                async for line in response.aiter_lines():
+                    if line:
+                        lines.append(line)
+                        if has_text(line):
+                            first_text.set()
+            return lines
+
+        (await http.post(f"{root}/control/release-streams")).raise_for_status()
+        assert (await streamed("Before [stream-hold]"))[-1] == "data: [DONE]"
+        (await http.post(f"{root}/control/hold-streams")).raise_for_status()
+        first_text.clear()
+        held = asyncio.create_task(streamed("After [stream-hold]"))
+        await asyncio.wait_for(first_text.wait(), 10)
+        assert not held.done() and not p.requests[1].delivered  # stopped after its first text
+        (await http.post(f"{root}/control/release-streams")).raise_for_status()
+        assert (await held)[-1] == "data: [DONE]"
+    assert [r.delivered for r in p.requests] == [True, True]
+
+
 # --------------------------------------------------------------------------- faults
 
 
