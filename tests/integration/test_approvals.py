@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans import Refused
@@ -192,9 +193,20 @@ async def test_a_waiting_call_survives_a_sigkilled_worker(
             rows = await wait_pending(client, plan.id, 1)
             first.kill()
             second = WorkerProcess(env, tmp_path / "worker-2.log").start()
-            second.wait_ready()
-            # The new worker rebuilds the wait from the history and takes the decision.
-            assert [r.call for r in await wait_pending(client, plan.id, 1)] == [rows[0].call]
+            # The new worker rebuilds the wait from the history and takes the decision. Only
+            # it can answer; the queries are asked while it starts, since the first waits
+            # out the dead worker's sticky queue (the SDK's 10 s sticky schedule-to-start
+            # timeout), which the start then fits in.
+            after_kill = asyncio.ensure_future(wait_pending(client, plan.id, 1))
+            try:
+                await asyncio.to_thread(second.wait_ready)
+                try:
+                    rebuilt = await after_kill
+                except RPCError:  # "no poller seen": it had not polled yet; ask it again
+                    rebuilt = await wait_pending(client, plan.id, 1)
+            finally:
+                after_kill.cancel()
+            assert [r.call for r in rebuilt] == [rows[0].call]
             await decide(client, plan.id, rows[0].call, approve=True, who="alice")
             report = await asyncio.wait_for(handle.result(), timeout=WAIT_S)
         finally:

@@ -147,9 +147,17 @@ async def test_pause_survives_sigkill_and_continue_as_new_then_resume_completes(
         first.kill()
         gate.fix()
         second = WorkerProcess(env, tmp_path / "worker-2.log").start()
-        second.wait_ready()
-        # Still paused after the kill (the state is the workflow's, not the worker's).
-        assert by_id(await until(handle, paused_on("c")))["c"].status is SubtaskStatus.PAUSED
+        # Still paused after the kill (the state is the workflow's, not the worker's). Only
+        # the second worker can answer; the query is asked while it starts, since it first
+        # waits out the dead worker's sticky queue (the SDK's 10 s sticky schedule-to-start
+        # timeout), which the start then fits in.
+        after_kill = asyncio.ensure_future(until(handle, paused_on("c")))
+        try:
+            await asyncio.to_thread(second.wait_ready)
+            report = await after_kill
+        finally:
+            after_kill.cancel()
+        assert by_id(report)["c"].status is SubtaskStatus.PAUSED
 
         before = gate.count("task-a", "task-c", "task-d", "task-e")
         assert await subtask_command("resume", plan.id, "c", settings=settings) == 0

@@ -9,6 +9,7 @@ tracing on replays every history into an in-memory exporter, which must stay emp
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -34,15 +35,16 @@ from temporalio.worker import Replayer
 from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import PlanStatus
 from durable_plans.plugin import DurablePlansPlugin
-from durable_plans.testing import FakeProviderProcess
+from durable_plans.testing import AgentScenario, ChatRequest, FakeProvider, Reply
 from tests.integration.chaos_support import wait_until
 from tests.integration.plans import make_plan, start_plan_workflow
 from tests.integration.workers import WorkerProcess, new_workspace, worker_env
 
 pytestmark = pytest.mark.integration
 
-# b's and c's first requests are slow, so the SIGKILL that follows a's span lands while
-# they are in flight: nothing of b, c or d has ended on the first worker.
+# b's and c's requests are slow while the first worker lives (``SlowUntilKilled``), so the
+# SIGKILL that follows a's span lands before any of them is answered: nothing of b, c or d
+# has ended on the first worker.
 TRACED_PLAN = [
     ("a", "Inspect the repository", []),
     ("b", "Summarise the notes [call:delegate_to_sub_agent] [slow:10000x1]", ["a"]),
@@ -113,6 +115,23 @@ class OtlpReceiver:
             await self._runner.cleanup()
 
 
+@dataclass
+class SlowUntilKilled:
+    """The usual agent, whose ``[slow:...]`` delays hold only until ``killed`` is set.
+
+    Before the SIGKILL they keep b's and c's calls on the first worker unanswered; after
+    it the second worker's calls (every one a request the provider has not seen, since
+    the first worker rarely got to send b's or c's) are answered without them: the slow
+    answers are the kill's guard, not what the second worker is tested on."""
+
+    killed: bool = False
+    agent: AgentScenario = field(default_factory=AgentScenario)
+
+    def __call__(self, request: ChatRequest) -> Reply:
+        reply = self.agent(request)
+        return dataclasses.replace(reply, delay_ms=0.0) if self.killed else reply
+
+
 class StartedSpans(SpanProcessor):
     """Names of the spans begun (an exporter only ever sees ended ones)."""
 
@@ -140,7 +159,8 @@ async def test_one_trace_per_plan_through_a_sigkill_and_a_replay(
     tq = f"tracing-{uuid.uuid4().hex[:8]}"
     plan = make_plan(TRACED_PLAN, prefix="traced", agent="orchestrator")
 
-    with FakeProviderProcess(tmp_path / "requests.jsonl", latency_ms=300) as provider:
+    scenario = SlowUntilKilled()
+    async with FakeProvider(scenario, latency_ms=300) as provider:
         base = {
             **worker_env(client, tmp_path, provider, tq),
             "DPLAN_SUBAGENT_MODEL": "openai/cheap-model",
@@ -162,6 +182,7 @@ async def test_one_trace_per_plan_through_a_sigkill_and_a_replay(
                 what="the span of subtask a from the first worker",
             )
             first.kill()
+            scenario.killed = True
             second = WorkerProcess({**base, "OTEL_SERVICE_NAME": "worker-2"}, tmp_path / "w2.log")
             second.start()
             await asyncio.to_thread(second.wait_ready)

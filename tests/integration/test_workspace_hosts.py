@@ -19,9 +19,16 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
-from durable_plans.domain.models import Plan, PlanStatus, Subtask
-from durable_plans.testing import AgentScenario, ChatRequest, FakeProvider, Reply
+from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
+from durable_plans.testing import (
+    AgentScenario,
+    ChatRequest,
+    FakeProvider,
+    RecordedRequest,
+    Reply,
+)
 from tests import gitrepos
 from tests.integration.chaos_support import since_last_user
 from tests.integration.plans import by_id, start_plan_workflow
@@ -149,14 +156,26 @@ def _tree_refs(git_dir: Path, plan_id: str) -> dict[str, str]:
     return dict(line.split() for line in out.splitlines())
 
 
-@pytest.mark.parametrize("shared_remote", [False, True], ids=["one-repository", "remote"])
-async def test_a_worker_killed_after_a_write_is_replaced_by_one_with_an_empty_state_dir(
-    client: Client, tmp_path: Path, shared_remote: bool
-) -> None:
+CONTENT = "survives\n"
+
+
+@dataclass
+class CrashRound:
+    """What one crash round left for its test to check."""
+
+    plan: Plan
+    git_dir: Path
+    store: Path
+    second_host: Host
+    at_kill: dict[str, str]  # the plan's tree refs when the first worker was killed
+    report: PlanReport
+    requests: list[RecordedRequest]
+
+
+async def _crash_round(client: Client, tmp_path: Path, shared_remote: bool) -> CrashRound:
     """Killed once its write was answered and committed and its next LLM call had reached
     the provider; the next worker starts with a state directory that does not exist (no
     tree, no cache) and finishes from the commit the history names."""
-    content = "survives\n"
     plan = Plan(
         id=f"crash-{uuid.uuid4().hex[:8]}",
         goal="write, crash, read",
@@ -164,7 +183,7 @@ async def test_a_worker_killed_after_a_write_is_replaced_by_one_with_an_empty_st
             Subtask(
                 id="w",
                 description="Write then read "
-                + write("crash.txt", content)
+                + write("crash.txt", CONTENT)
                 + read("crash.txt")
                 + KILL_HERE,
             ),
@@ -198,10 +217,54 @@ async def test_a_worker_killed_after_a_write_is_replaced_by_one_with_an_empty_st
         async with _workers(client, provider, queue, store, [second_host], remote, **quick):
             report = await asyncio.wait_for(handle.result(), WAIT_S)
         requests = list(provider.requests)
+    return CrashRound(plan, git_dir, store, second_host, at_kill, report, requests)
+
+
+@pytest.fixture(scope="module")
+async def crash_rounds(
+    request: pytest.FixtureRequest,
+    temporal_env: WorkflowEnvironment,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[dict[bool, asyncio.Task[CrashRound]]]:
+    """The selected crash rounds, all at once in the background (each is mostly waiting
+    for Temporal to time out the killed worker's workflow task, 10 s); each test awaits
+    and checks its own."""
+    selected = [
+        item.callspec.params["shared_remote"]
+        for item in request.session.items
+        if item.path == Path(__file__)
+        and item.name.startswith("test_a_worker_killed_after_a_write_")
+        and hasattr(item, "callspec")
+    ]
+    client = temporal_env.client
+    tasks = {
+        shared: asyncio.create_task(
+            _crash_round(client, tmp_path_factory.mktemp("crash"), shared),
+            name=f"crash-round-shared-remote={shared}",
+        )
+        for shared in selected
+    }
+    try:
+        yield tasks
+    finally:
+        for task in tasks.values():
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+
+@pytest.mark.parametrize("shared_remote", [False, True], ids=["one-repository", "remote"])
+async def test_a_worker_killed_after_a_write_is_replaced_by_one_with_an_empty_state_dir(
+    crash_rounds: dict[bool, asyncio.Task[CrashRound]], shared_remote: bool
+) -> None:
+    """Killed once its write was answered and committed and its next LLM call had reached
+    the provider; the next worker starts with a state directory that does not exist (no
+    tree, no cache) and finishes from the commit the history names (``_crash_round``)."""
+    done = await asyncio.shield(crash_rounds[shared_remote])
+    plan, git_dir, report, requests = done.plan, done.git_dir, done.report, done.requests
 
     assert report.status is PlanStatus.COMPLETED
     # The killed worker had committed the write (and, with a remote, pushed it).
-    [(tree, written)] = at_kill.items()
+    [(tree, written)] = done.at_kill.items()
     row = by_id(report)["w"]
     # The commit the report gives is the one the first worker made; the tree's ref
     # holds exactly one commit on top of the base: the write was applied once.
@@ -210,21 +273,21 @@ async def test_a_worker_killed_after_a_write_is_replaced_by_one_with_an_empty_st
     assert _tree_refs(git_dir, plan.id) == {tree: written}
     assert _commits_between(git_dir, report.workspace.base, written) == 1
     # The tool was answered once; the read, on the second host, saw the file.
-    async with opened_store(store) as opened:
+    async with opened_store(done.store) as opened:
         assert [name for name, _ in await answers(opened, report, "w")] == [
             "write_file",
             "read_file",
         ]
-        assert await reads(opened, report, "w") == [content]
+        assert await reads(opened, report, "w") == [CONTENT]
     # The read ran on the second host from the commit: no tree was made for it there.
-    assert second_host.trees(plan.id) == set()
+    assert done.second_host.trees(plan.id) == set()
     # The LLM call that asked for the write was answered once, never asked again.
     asked_to_write = [
         r for r in requests if KILL_HERE in str(r.messages) and _tool_answers(r.messages) == 0
     ]
     assert len([r for r in asked_to_write if r.completed]) == 1
     result = f"refs/heads/dplan/{plan.id}:crash.txt"
-    assert gitrepos.git(git_dir, "--git-dir", str(git_dir), "show", result) == content.strip()
+    assert gitrepos.git(git_dir, "--git-dir", str(git_dir), "show", result) == CONTENT.strip()
 
 
 def _commits_between(git_dir: Path, base: str, commit: str) -> int:
