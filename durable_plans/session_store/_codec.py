@@ -10,6 +10,7 @@ checks and row <-> ``Usage`` conversion live here for the same reason.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -32,9 +33,25 @@ def encode(message: Message) -> Row:
     return Row(message.id, message.is_plain_assistant, message.model_dump_json(exclude_none=True))
 
 
+# Decoding (validating) is what reading a session costs, and a conversation is read whole
+# at every turn: the same bodies again and again. A ``Message`` is immutable all the way
+# down (frozen models, tuples), so one decoded message can be handed to every reader of
+# the same body. Only the usual small bodies are kept, and a bounded number of them.
+CACHED_BODY_CHARS = 4_096
+CACHED_BODIES = 2_048
+
+
 def decode(body: str) -> Message:
     # Validation stays on: a body edited by hand or by a future version must fail loudly
-    # here rather than produce a message a provider will reject later.
+    # here rather than produce a message a provider will reject later (a body that fails
+    # is never cached: it fails again every time).
+    if len(body) <= CACHED_BODY_CHARS:
+        return _decode_small(body)
+    return Message.model_validate_json(body)
+
+
+@functools.lru_cache(maxsize=CACHED_BODIES)
+def _decode_small(body: str) -> Message:
     return Message.model_validate_json(body)
 
 

@@ -99,6 +99,8 @@ class Crew:
     address: str
     task_queue: str
     provider_options: dict[str, Any] = field(default_factory=dict)
+    # More of the workers' environment (settings such as DPLAN_LLM_HEARTBEAT_S).
+    worker_settings: dict[str, str] = field(default_factory=dict)
     workers: list[ChaosWorker] = field(default_factory=list)
     providers: list[FakeProviderProcess] = field(default_factory=list)
     stored_at_kill: dict[int, dict[str, int]] = field(default_factory=dict)
@@ -112,6 +114,7 @@ class Crew:
         )
         self.providers.append(provider)
         env = worker_env(self.address, self.tmp, provider, self.task_queue)
+        env.update(self.worker_settings)
         self.workers.append(ChaosWorker(env, self.tmp / f"worker-{n}.log").start())
         return self.workers[-1]
 

@@ -10,8 +10,9 @@ worker asked is known exactly), the branches are closed and their snapshots dele
 the histories replay.
 
 Recovering from a SIGKILL is mostly waiting (Temporal notices a dead worker only when a
-heartbeat or sticky-queue timeout expires: 10–17 s), so the seeded rounds run five at a
-time in the background on the shared dev server; each seed's test awaits its own round
+timeout expires: a heartbeat, 5 s here (``LLM_HEARTBEAT_S``), or a workflow task's 10 s;
+the sticky queue's 10 s are skipped, ``forget_sticky_worker``), so the seeded rounds run
+five at a time in the background on the shared dev server; each seed's test awaits its own round
 and asserts on it. Every round prints one ``[chaos]`` line straight to the terminal
 (seed, kill moments, requests before/after the kills, repeated calls).
 """
@@ -19,6 +20,7 @@ and asserts on it. Every round prints one ``[chaos]`` line straight to the termi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 import uuid
@@ -27,7 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.domain.contracts import PlanInput
@@ -53,6 +58,25 @@ pytestmark = pytest.mark.integration
 
 SEEDS = (11, 23, 37, 41, 59, 62, 73, 88, 97, 104)
 ROUNDS_AT_ONCE = 5
+# The LLM calls' heartbeat timeout (default 15 s): how long a call killed with its worker
+# stays "running" before it is tried again. The tools' is 5 s (policies.SHORT_HEARTBEAT);
+# the LLM calls here get the same, in the same workers.
+LLM_HEARTBEAT_S = 5
+
+
+async def forget_sticky_worker(client: Client, task_queue: str) -> None:
+    """Send the next task of every running workflow of the round to the task queue, not to
+    the killed worker's sticky queue, where it would wait out the SDK's 10 s
+    schedule-to-start timeout first: what a worker asks of the server for a workflow it
+    drops from its cache, asked here for the dead worker. Either way the next worker
+    replays the whole history. A workflow the listing misses (visibility lags a little)
+    just takes the timeout."""
+    query = f'TaskQueue = "{task_queue}" AND ExecutionStatus = "Running"'
+    async for wf in client.list_workflows(query):
+        execution = WorkflowExecution(workflow_id=wf.id, run_id=wf.run_id)
+        request = ResetStickyTaskQueueRequest(namespace=client.namespace, execution=execution)
+        with contextlib.suppress(RPCError):  # it may have finished since it was listed
+            await client.workflow_service.reset_sticky_task_queue(request)
 
 
 async def chaos_round(seed: int, client: Client, address: str, tmp: Path, log: RoundLog) -> None:
@@ -68,7 +92,12 @@ async def chaos_round(seed: int, client: Client, address: str, tmp: Path, log: R
     log.add(f"subtasks={len(plan.subtasks)} calls={expected} max_parallel={plan.max_parallel}")
 
     chaos_workspace(tmp)
-    crew = Crew(tmp, address, f"chaos-{seed}-{uuid.uuid4().hex[:8]}")
+    crew = Crew(
+        tmp,
+        address,
+        f"chaos-{seed}-{uuid.uuid4().hex[:8]}",
+        worker_settings={"DPLAN_LLM_HEARTBEAT_S": str(LLM_HEARTBEAT_S)},
+    )
     at_kill: list[int] = []
     try:
         await (await crew.spawn()).ready(READY_TIMEOUT_S)
@@ -87,6 +116,7 @@ async def chaos_round(seed: int, client: Client, address: str, tmp: Path, log: R
             await crew.wait_for_completions(after_n, timeout_s=60)
             moment = f"after {after_n} completions"
         crew.workers[-1].kill_now()
+        await forget_sticky_worker(client, crew.task_queue)
         await crew.record_kill(plan, run_id)
         at_kill.append(crew.completions())
         log.add(f"kill1={moment!r} (requests done: {at_kill[-1]})")
@@ -99,6 +129,7 @@ async def chaos_round(seed: int, client: Client, address: str, tmp: Path, log: R
             await crew.workers[-1].ready(READY_TIMEOUT_S)
             await crew.wait_for_completions(at_kill[0] + more, timeout_s=90)
             crew.workers[-1].kill_now()
+            await forget_sticky_worker(client, crew.task_queue)
             await crew.record_kill(plan, run_id)
             at_kill.append(crew.completions())
             log.add(f"kill2='after {more} more' (requests done: {at_kill[-1]})")

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from durable_plans.domain.agents import BUILTIN_CATALOG, AgentSpec
@@ -229,6 +231,18 @@ async def compacting(handle: WorkflowHandle[object, SessionState], timeout_s: fl
     raise TimeoutError(f"no compaction started within {timeout_s}s")
 
 
+async def forget_sticky_worker(client: Client, workflow_id: str) -> None:
+    """Send the workflow's next task to the task queue, not to the killed worker's sticky
+    queue, where it would wait out the SDK's 10 s schedule-to-start timeout first: what a
+    worker asks of the server for a workflow it drops from its cache, asked here for the
+    dead worker. Either way the next worker replays the whole history."""
+    await client.workflow_service.reset_sticky_task_queue(
+        ResetStickyTaskQueueRequest(
+            namespace=client.namespace, execution=WorkflowExecution(workflow_id=workflow_id)
+        )
+    )
+
+
 async def test_a_worker_killed_mid_compaction_leaves_one_record_and_the_chat_goes_on(
     client: Client, tmp_path: Path
 ) -> None:
@@ -267,6 +281,7 @@ async def test_a_worker_killed_mid_compaction_leaves_one_record_and_the_chat_goe
             talking = asyncio.create_task(conversation())
             await compacting(handle, timeout_s=120)
             first.kill()  # the summary is being written: the provider answers in 4 s
+            await forget_sticky_worker(client, handle.id)
             second = WorkerProcess(env, tmp_path / "worker-2.log").start()
             second.wait_ready()
             await asyncio.wait_for(talking, timeout=240)
