@@ -5,7 +5,7 @@ package (``standardwebhooks``), independently of our sender. The cases: a receiv
 fails its first attempts, one that is down until later, one that refuses (400), one that
 never recovers within the delivery window; plans that end completed, failed and
 cancelled. No timing is asserted: waits are for events, and backoffs are the defaults'
-first steps (one or two seconds).
+first steps, shortened (``NOTIFY_INITIAL_BACKOFF_S``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,7 +40,7 @@ from durable_plans.domain.models import (
     PlanStatus,
 )
 from tests.integration.chaos_support import wait_until
-from tests.integration.conftest import Harness
+from tests.integration.conftest import Harness, provider_settings, running_worker
 from tests.integration.gates import GatedProvider, first_call_of
 from tests.integration.plans import make_plan, workflow_status
 from tests.integration.replay import assert_replays
@@ -55,6 +57,49 @@ async def provider() -> AsyncIterator[GatedProvider]:
     p = GatedProvider(latency_ms=0)
     async with p:
         yield p
+
+
+# The first wait between webhook attempts (``DPLAN_NOTIFY_INITIAL_BACKOFF_S``; the default
+# is a second, doubling): retries, not their pace, are what these tests are about.
+NOTIFY_INITIAL_BACKOFF_S = 0.25
+
+
+@asynccontextmanager
+async def notify_harness(
+    client: Client, provider: GatedProvider, tmp_path: Path, *, llm_local: bool = True
+) -> AsyncIterator[Harness]:
+    """conftest's ``harness`` with a short first webhook backoff."""
+    settings = provider_settings(
+        client,
+        provider,
+        tmp_path,
+        notify_initial_backoff_s=NOTIFY_INITIAL_BACKOFF_S,
+        llm_local=llm_local,
+    )
+    (settings.workspace / "README.md").write_text("# demo workspace\n")
+    async with running_worker(client, settings) as (worker, store):
+        yield Harness(client, settings, store, provider, worker)
+
+
+@pytest.fixture
+async def harness(
+    client: Client, provider: GatedProvider, tmp_path: Path
+) -> AsyncIterator[Harness]:
+    async with notify_harness(client, provider, tmp_path) as h:
+        yield h
+
+
+@pytest.fixture
+async def regular_harness(
+    client: Client, provider: GatedProvider, tmp_path: Path
+) -> AsyncIterator[Harness]:
+    """``harness`` with its subtasks' LLM calls as regular activities
+    (``DPLAN_LLM_LOCAL=0``): a child cancelled mid-call then learns of it at once, where a
+    local call's child learns of it only when its in-flight workflow task is next completed
+    (80 % of the 10 s workflow task timeout; workflows/llm_call.py). The cancellation is
+    what is delivered here, not how a child's call learns of it."""
+    async with notify_harness(client, provider, tmp_path, llm_local=False) as h:
+        yield h
 
 
 @pytest.fixture
@@ -232,7 +277,10 @@ async def test_a_refused_delivery_fails_without_changing_the_plan(
     assert PlanReport.model_validate(document) == report
 
 
-async def test_cancelled_plan_is_delivered(harness: Harness, secret_env: tuple[str, str]) -> None:
+async def test_cancelled_plan_is_delivered(
+    regular_harness: Harness, secret_env: tuple[str, str]
+) -> None:
+    harness = regular_harness
     assert isinstance(harness.provider, GatedProvider)
     env, secret = secret_env
     held = harness.provider.gate("slow", 2, first_call_of("Think slowly"))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +19,7 @@ from durable_plans.domain.ids import branch_session_id, message_id
 from durable_plans.domain.models import Message, PlanReport, PlanStatus, SessionMeta, SubtaskStatus
 from durable_plans.session_store import SessionNotFound
 from tests.integration.chaos_support import plan_run_id, wait_until
-from tests.integration.conftest import Harness
+from tests.integration.conftest import Harness, provider_settings, running_worker
 from tests.integration.gates import GatedProvider, any_of, first_call_of
 from tests.integration.plans import by_id, make_plan, run_plan, workflow_status
 from tests.integration.replay import assert_replays
@@ -297,10 +299,38 @@ async def child_exists(client: Client, workflow_id: str) -> bool:
     return True
 
 
-@pytest.mark.parametrize("cancel_after_s", [0.0, 0.1, 0.3, 0.8])
+@asynccontextmanager
+async def harness_with(
+    client: Client, provider: GatedProvider, tmp_path: Path, *, llm_local: bool
+) -> AsyncIterator[Harness]:
+    """conftest's ``harness``, its subtasks' LLM calls local activities or regular ones."""
+    settings = provider_settings(client, provider, tmp_path, llm_local=llm_local)
+    (settings.workspace / "README.md").write_text("# demo workspace\n")
+    async with running_worker(client, settings) as (worker, store):
+        yield Harness(client, settings, store, provider, worker)
+
+
+# A child cancelled mid-call whose calls are local activities learns of it only when its
+# in-flight workflow task is next completed (80 % of the 10 s workflow task timeout,
+# workflows/llm_call.py); the last case cancels a child whose call is a regular activity
+# (``DPLAN_LLM_LOCAL=0``), which learns of it at once.
+@pytest.mark.parametrize(
+    ("cancel_after_s", "llm_local"),
+    [(0.0, True), (0.1, True), (0.3, True), (0.8, False)],
+    ids=["0.0", "0.1", "0.3", "0.8-regular"],
+)
 async def test_cancelled_plan_reports_cancelled_and_cancels_children(
-    harness: Harness, cancel_after_s: float
+    client: Client,
+    provider: GatedProvider,
+    tmp_path: Path,
+    cancel_after_s: float,
+    llm_local: bool,
 ) -> None:
+    async with harness_with(client, provider, tmp_path, llm_local=llm_local) as harness:
+        await cancel_plan_and_check(harness, cancel_after_s)
+
+
+async def cancel_plan_and_check(harness: Harness, cancel_after_s: float) -> None:
     assert isinstance(harness.provider, GatedProvider)
     # The slow subtask's first call is held until the plan was cancelled: it can never
     # finish first, however slow the machine (a gate of two that one call never opens).
