@@ -83,6 +83,19 @@ ACTIVITY_STARTED = "Running activity {} "
 TEMP_SUFFIX = ".dplan-tmp"  # activities.file_jail writes through such temp files
 
 
+def selected_params(request: Any, test_file: str | Path, test_prefix: str, param: str) -> list[Any]:
+    """The ``param`` values of the tests of ``test_file`` whose name starts with
+    ``test_prefix`` that this session runs (after ``-k`` and node ids): what a module
+    fixture starting their rounds together in the background must start, no more."""
+    return [
+        item.callspec.params[param]
+        for item in request.session.items
+        if item.path == Path(test_file)
+        and item.name.startswith(test_prefix)
+        and hasattr(item, "callspec")
+    ]
+
+
 def since_last_user(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     return list(messages[last + 1 :])

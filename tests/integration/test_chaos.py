@@ -51,6 +51,7 @@ from tests.integration.chaos_support import (
     check_plan,
     plan_run_id,
     random_plan,
+    selected_params,
     workflow_running,
 )
 
@@ -173,13 +174,7 @@ async def rounds(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[Rounds]:
     """The selected seeds' rounds, running ``ROUNDS_AT_ONCE`` at a time in the background."""
-    selected = [
-        item.callspec.params["seed"]
-        for item in request.session.items
-        if item.path == Path(__file__)
-        and item.name.startswith("test_random_worker_kills[")
-        and hasattr(item, "callspec")
-    ]
+    selected = selected_params(request, __file__, "test_random_worker_kills[", "seed")
     client = temporal_env.client
     address = client.service_client.config.target_host
     gate = asyncio.Semaphore(ROUNDS_AT_ONCE)

@@ -30,7 +30,7 @@ from durable_plans.testing import (
     Reply,
 )
 from tests import gitrepos
-from tests.integration.chaos_support import since_last_user
+from tests.integration.chaos_support import selected_params, since_last_user
 from tests.integration.plans import by_id, start_plan_workflow
 from tests.integration.stored import opened_store
 from tests.integration.workers import WorkerProcess, worker_env
@@ -229,13 +229,9 @@ async def crash_rounds(
     """The selected crash rounds, all at once in the background (each is mostly waiting
     for Temporal to time out the killed worker's workflow task, 10 s); each test awaits
     and checks its own."""
-    selected = [
-        item.callspec.params["shared_remote"]
-        for item in request.session.items
-        if item.path == Path(__file__)
-        and item.name.startswith("test_a_worker_killed_after_a_write_")
-        and hasattr(item, "callspec")
-    ]
+    selected = selected_params(
+        request, __file__, "test_a_worker_killed_after_a_write_", "shared_remote"
+    )
     client = temporal_env.client
     tasks = {
         shared: asyncio.create_task(
