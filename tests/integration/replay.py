@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
-from durable_plans.cli.replay_command import make_replayer
+from durable_plans.cli.replay_command import make_replayer, replay_history
 
 
 async def assert_replays(client: Client, workflow_ids: Iterable[str]) -> int:
@@ -37,7 +37,7 @@ async def _replay_runs(
     run_id: str | None = None
     while True:
         history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        result = await replay_history(replayer, history)
         assert result.replay_failure is None, (
             f"{workflow_id} (run {run_id or 'latest'}) does not replay: {result.replay_failure!r}"
         )

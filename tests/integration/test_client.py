@@ -25,7 +25,7 @@ from durable_plans import (
     SubtaskStatus,
     TextStreamed,
 )
-from durable_plans.cli.replay_command import make_replayer
+from durable_plans.cli.replay_command import make_replayer, replay_history
 from durable_plans.domain.approval_rules import ApprovalPolicy
 from tests.integration.conftest import Harness
 from tests.integration.plans import make_plan
@@ -164,7 +164,7 @@ async def test_pause_skip_and_retry(plans: Client) -> None:
         history = await plans.temporal.get_workflow_handle(
             plan.id, run_id=run.run_id
         ).fetch_history()
-        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        result = await replay_history(replayer, history)
         assert result.replay_failure is None, f"run {run.run_id}: {result.replay_failure!r}"
 
 

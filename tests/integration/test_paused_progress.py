@@ -22,7 +22,7 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.workflow import NondeterminismError
 
-from durable_plans.cli.replay_command import make_replayer
+from durable_plans.cli.replay_command import make_replayer, replay_history
 from durable_plans.client._visibility import list_plans
 from durable_plans.domain.models import Plan, PlanReport, SubtaskStatus
 from durable_plans.plugin import PASSTHROUGH_MODULES
@@ -96,7 +96,7 @@ async def test_a_paused_plan_is_listed_with_its_true_counts(harness: Harness) ->
 
         # Said by the idle upsert (the interval held every completion back), which replays.
         history = await handle.fetch_history()
-        result = await make_replayer().replay_workflow(history, raise_on_replay_failure=False)
+        result = await replay_history(make_replayer(), history)
         assert result.replay_failure is None, result.replay_failure
 
         # What the replay checks: the same history against a plan that does not say its

@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer, Worker
 
 from durable_plans.activities.registry import PlanActivities
+from durable_plans.cli.replay_command import replay_history
 from durable_plans.domain.contracts import (
     ACT_CALL_LLM,
     ACT_RUN_TOOL,
@@ -111,7 +112,7 @@ async def test_a_client_and_worker_built_only_from_the_plugin_run_a_plan_that_re
     replayer = Replayer(workflows=[], plugins=[DurablePlansPlugin()])
     for workflow_id in (plan.id, *(subtask_workflow_id(plan.id, s) for s in ("a", "b"))):
         history = await client.get_workflow_handle(workflow_id).fetch_history()
-        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        result = await replay_history(replayer, history)
         assert result.replay_failure is None, (workflow_id, result.replay_failure)
 
 

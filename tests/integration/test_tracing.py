@@ -32,6 +32,7 @@ from temporalio.contrib.opentelemetry import create_tracer_provider
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
+from durable_plans.cli.replay_command import replay_history
 from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import PlanStatus
 from durable_plans.plugin import DurablePlansPlugin
@@ -256,7 +257,8 @@ async def test_one_trace_per_plan_through_a_sigkill_and_a_replay(
     workflow_ids = [plan.id, *(subtask_workflow_id(plan.id, sid) for sid, _, _ in TRACED_PLAN)]
     for wid in workflow_ids:
         history = await client.get_workflow_handle(wid).fetch_history()
-        await replayer.replay_workflow(history)
+        result = await replay_history(replayer, history)
+        assert result.replay_failure is None, (wid, result.replay_failure)
     # The replay did trace (it began the plan's and subtasks' spans) and ended none.
     assert started.names >= {f"plan {plan.id}", "subtask a", "subtask d"}, started.names
     assert exporter.get_finished_spans() == ()

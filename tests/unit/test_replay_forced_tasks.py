@@ -29,7 +29,11 @@ import pytest
 from temporalio import workflow
 from temporalio.client import WorkflowHistory
 
-from durable_plans.cli.replay_command import make_replayer, workflow_id_from_file_name
+from durable_plans.cli.replay_command import (
+    make_replayer,
+    replay_history,
+    workflow_id_from_file_name,
+)
 from durable_plans.plugin import PASSTHROUGH_MODULES
 from durable_plans.workflows import agent_loop, llm_call
 from tests.histories.record import CURRENT_SHAPE
@@ -160,7 +164,7 @@ def _load(path: Path) -> dict[str, Any]:
 
 async def _replay_failure(path: Path, history: dict[str, Any]) -> str | None:
     parsed = WorkflowHistory.from_json(workflow_id_from_file_name(path), json.dumps(history))
-    result = await make_replayer().replay_workflow(parsed, raise_on_replay_failure=False)
+    result = await replay_history(make_replayer(), parsed)
     return None if result.replay_failure is None else str(result.replay_failure)
 
 

@@ -25,6 +25,7 @@ from durable_plans.cli.replay_command import (
     history_file_name,
     load_history_file,
     make_replayer,
+    replay_history,
     replay_runs,
     workflow_id_from_file_name,
 )
@@ -277,7 +278,7 @@ def test_the_crash_case_holds_a_retried_llm_call(shape: Path) -> None:
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(HISTORIES)))
 async def test_recorded_history_replays(path: Path) -> None:
     run = load_history_file(path)
-    result = await make_replayer().replay_workflow(run.history, raise_on_replay_failure=False)
+    result = await replay_history(make_replayer(), run.history)
     assert result.replay_failure is None, (
         f"{path.relative_to(HISTORIES)} no longer replays; the workflow change breaks "
         f"running workflows (see tests/histories/README.md): {result.replay_failure}"
