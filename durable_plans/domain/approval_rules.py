@@ -20,7 +20,7 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from durable_plans.domain.problems import describe, unknown_field, unknown_name
-from durable_plans.domain.secrets import contains_secret
+from durable_plans.domain.secrets import PLACEHOLDER, contains_secret
 
 __all__ = [
     "ALL_TOOLS",
@@ -172,6 +172,16 @@ def edited_arguments_problem(text: str) -> str | None:
     if contains_secret(text):
         # The Update's argument is stored in the workflow history, readable in Temporal Web.
         return "--args holds what looks like a secret; it would be stored in the workflow history"
+    kept = PLACEHOLDER.search(text)
+    if kept is not None:
+        # A model's call is scrubbed before it is stored or run: no secret stays behind a
+        # placeholder, so a kept one would be written as it reads (``domain/secrets.py``).
+        return (
+            f"the edited arguments still hold {kept.group(0)}, which stands for a secret "
+            "dplan does not keep: the call would write the placeholder, not the secret. "
+            "Take it out, or reject the call and tell the agent where the secret is to "
+            "come from (an environment variable, a file the operator provides)"
+        )
     return None
 
 

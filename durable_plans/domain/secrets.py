@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = [
+    "PLACEHOLDER",
     "StreamScrubber",
     "contains_secret",
     "is_secret_label",
@@ -98,6 +99,10 @@ def scrub_secrets(text: str) -> str:
             return text
         text = scrubbed
     return text
+
+
+# What every rule puts in place of a secret: ``[REDACTED:<kind>]``.
+PLACEHOLDER = re.compile(r"\[REDACTED:[a-z_]+\]")
 
 
 def contains_secret(text: str) -> bool:

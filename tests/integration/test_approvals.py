@@ -7,33 +7,46 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from durable_plans import Refused
+from durable_plans import Client as DplanClient
+from durable_plans import InvalidArgument, Refused
 from durable_plans.cli.main import main
 from durable_plans.client._approvals import PendingCall, decide, pending_calls
 from durable_plans.domain.approval_rules import (
     QUERY_APPROVALS,
     TIMEOUT_WHO,
+    UPDATE_APPROVE,
     ApprovalDecision,
     ApprovalPolicy,
+    ApproveInput,
     WorkflowApprovals,
 )
 from durable_plans.domain.models import PlanStatus
-from durable_plans.testing import FakeProviderProcess
-from tests.integration.conftest import Harness
+from durable_plans.testing import (
+    AgentScenario,
+    ChatRequest,
+    Completion,
+    FakeProvider,
+    FakeProviderProcess,
+    Reply,
+    ToolCallSpec,
+)
+from tests.integration.conftest import Harness, provider_settings, running_worker
 from tests.integration.plans import by_id, make_plan, start_plan_workflow
 from tests.integration.replay import assert_replays
 from tests.integration.stored import opened_store, subtask_messages, tool_answers
 from tests.integration.workers import WorkerProcess, new_workspace, worker_env
+from tests.integration.workspace_files import result_text
 
 pytestmark = pytest.mark.integration
 
@@ -294,3 +307,77 @@ async def test_the_commands_list_scrubbed_arguments_and_record_the_operator(
         if e.HasField("workflow_execution_update_accepted_event_attributes")
     ]
     assert identities == ["ops@example"]
+
+
+KEY = "sk-live-" + "Zq9Xw8Vu7" * 4  # what a leaked OpenAI key looks like to the scrubber
+
+
+class Deployer(AgentScenario):
+    """The fake's agent, but told to write the deploy file it writes ``deploy.env`` with a
+    key in it, then says it is done."""
+
+    def __call__(self, request: ChatRequest) -> Reply:
+        if "deploy file" not in request.last_user_text:
+            return super().__call__(request)
+        if any(m.get("role") == "tool" for m in request.messages):
+            return Completion(content="Wrote deploy.env.")
+        content = f"API_KEY={KEY}\nREGION=eu\n"
+        arguments = json.dumps({"path": "deploy.env", "content": content})
+        return Completion(tool_calls=(ToolCallSpec("write_file", arguments),))
+
+
+async def test_an_edit_that_keeps_a_redacted_value_is_refused_and_never_written(
+    client: Client,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The model wrote a key into a file; it was scrubbed before the call was stored, so
+    the call is shown (and would run) with ``[REDACTED:openai]``. An operator who changes
+    only the region would write that placeholder over the key: the Client, the CLI and the
+    workflow itself refuse the edit with one sentence; an edit without it runs."""
+    async with FakeProvider(latency_ms=0, scenario=Deployer()) as provider:
+        settings = provider_settings(client, provider, tmp_path)
+        (settings.workspace / "README.md").write_text("# deploy\n")
+        async with running_worker(client, settings):
+            plan = make_plan([("deploy", "Write the deploy file", [])], prefix="redacted")
+            plan = plan.model_copy(
+                update={"approval": ApprovalPolicy(tools=("write_file",), timeout_s=3600)}
+            )
+            handle = await start_plan_workflow(client, plan, settings.task_queue)
+            [row] = await wait_pending(client, plan.id, 1)
+            shown = json.loads(row.arguments)
+            assert shown["content"] == "API_KEY=[REDACTED:openai]\nREGION=eu\n"
+            assert KEY not in row.arguments
+            region_only = json.dumps(dict(shown, content=shown["content"].replace("eu", "us")))
+            sentence = r"the edited arguments still hold \[REDACTED:openai\], which stands for"
+
+            with pytest.raises(InvalidArgument, match=sentence):
+                await DplanClient(client, settings).approve(
+                    plan.id, row.call, arguments=region_only
+                )
+            code, _, err = await asyncio.to_thread(
+                _dplan, capsys, monkeypatch, client,
+                "approve", plan.id, row.call, "--args", region_only,
+            )  # fmt: skip
+            assert code == 2 and re.search(sentence, err), err
+            # The workflow's own validator says the same to a caller that skips the checks.
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await client.get_workflow_handle(f"{plan.id}/deploy").execute_update(
+                    UPDATE_APPROVE,
+                    ApproveInput(call_id=row.call.split(":")[1], who="eve", arguments=region_only),
+                )
+            assert re.search(sentence, str(refused.value.cause)), refused.value.cause
+
+            without = json.dumps(dict(shown, content="REGION=us\n"))
+            code, out, err = await asyncio.to_thread(
+                _dplan, capsys, monkeypatch, client,
+                "approve", plan.id, row.call, "--args", without,
+            )  # fmt: skip
+            assert code == 0 and "with the given arguments" in out, err
+            report = await asyncio.wait_for(handle.result(), timeout=WAIT_S)
+    assert report.status is PlanStatus.COMPLETED, report
+    assert result_text(settings.workspace, plan.id, "deploy.env") == "REGION=us\n"
+    history = (await client.get_workflow_handle(f"{plan.id}/deploy").fetch_history()).to_json()
+    assert KEY not in history
+    await assert_replays(client, [plan.id, f"{plan.id}/deploy"])

@@ -120,6 +120,13 @@ def test_call_ids_name_the_workflow_below_the_plan() -> None:
         ("[1, 2]", "--args must be a JSON object of the tool's arguments, got list"),
         ("{path: 1}", "--args is not valid JSON"),
         ('{"content": "OPENAI_API_KEY=sk-proj-aaaaaaaaaaaaaaaaaaaaaaaaaaaa"}', "--args holds"),
+        # A kept placeholder would be written as it reads: the secret is not kept anywhere.
+        (
+            '{"content": "API_KEY=[REDACTED:openai]\\nREGION=us"}',
+            "the edited arguments still hold [REDACTED:openai], which stands for a secret",
+        ),
+        ('{"files": [{"x": "token [REDACTED:bearer]"}]}', "the edited arguments still hold"),
+        ('{"content": "[REDACTED] is how the docs write it"}', None),
     ],
 )
 def test_edited_arguments_must_be_a_json_object(text: str, problem: str | None) -> None:
