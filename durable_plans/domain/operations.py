@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 from durable_plans._errors import OperatorError
 from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
 from durable_plans.domain.contracts import PlanInput
-from durable_plans.domain.models import Budget, Plan, SubtaskResult, SubtaskStatus
+from durable_plans.domain.models import Budget, Plan, SubtaskResult, SubtaskStatus, Usage
 from durable_plans.domain.plan_loader import MAX_DESCRIPTION_CHARS, model_problem
 from durable_plans.domain.problems import describe, lone_surrogate, unknown_field, unknown_name
 from durable_plans.domain.scheduling import transitive_dependents
@@ -38,6 +38,7 @@ __all__ = [
     "SubtaskChanges",
     "SubtaskEdit",
     "SubtaskRequest",
+    "budget_problem",
     "change_problems",
     "edited_plan",
     "merged_budget",
@@ -236,6 +237,27 @@ def merged_budget(current: Budget | None, request: BudgetRequest) -> Budget:
             request.max_cost_usd if request.max_cost_usd is not None else base.max_cost_usd
         ),
     )
+
+
+def budget_problem(request: BudgetRequest, spent: Usage) -> str | None:
+    """Why ``request`` cannot help a plan that has ``spent`` this much, or None: a limit at
+    or below what is spent stops every subtask again at its first call (the budget is
+    checked before each call against everything the plan spent)."""
+    tokens = request.max_tokens
+    if tokens is not None and tokens <= spent.total_tokens:
+        return (
+            f"a token limit of {tokens:,} is not above the {spent.total_tokens:,} tokens the "
+            f"plan has spent: its subtasks would stop again at once; give more than "
+            f"{spent.total_tokens:,}"
+        )
+    cost = request.max_cost_usd
+    if cost is not None and cost <= spent.cost_usd:
+        return (
+            f"a cost limit of ${cost:.4f} is not above the ${spent.cost_usd:.4f} the plan has "
+            f"spent: its subtasks would stop again at once; give more than "
+            f"${spent.cost_usd:.4f}"
+        )
+    return None
 
 
 def retry_input(

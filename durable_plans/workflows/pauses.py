@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         Plan,
         SubtaskResult,
         SubtaskStatus,
+        Usage,
     )
     from durable_plans.domain.operations import (
         RAISE_BUDGET_UPDATE,
@@ -41,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         SKIP_UPDATE,
         BudgetRequest,
         SubtaskRequest,
+        budget_problem,
         merged_budget,
         paused_problem,
     )
@@ -68,6 +70,8 @@ class PauseDesk:
     prior: dict[str, SubtaskResult] = field(default_factory=dict)
     # The limits subtasks start with from now on: the plan's, until an operator raises them.
     budget: Budget | None = None
+    # What the plan has spent so far, as its report says (a budget must be above it).
+    spent: Callable[[], Usage] = Usage
     since: dict[str, float] = field(default_factory=dict)  # paused subtask → when
     timers: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -155,13 +159,16 @@ class PauseDesk:
             raise refused(problem)
 
     def check_budget(self, request: BudgetRequest) -> None:
-        """Refuse a budget request that sets no limit or lowers one."""
+        """Refuse a budget request that sets no limit, or a limit the plan has spent."""
         if self.plan is None:
             raise refused(NOT_STARTED)
         try:
             merged_budget(self.budget, request)
         except OperatorError as err:
             raise refused(str(err)) from None
+        problem = budget_problem(request, self.spent())
+        if problem is not None:
+            raise refused(problem)
 
     def resume(self, request: SubtaskRequest) -> str:
         self._resume(request.subtask)

@@ -225,7 +225,7 @@ class PlanWorkflow(PauseHandlers):
         self._llm_local = False
         # Subtasks held for an operator (``on_failure: pause``), the operators' Updates on
         # them, and the budget those may raise.
-        self.pause_desk = PauseDesk(wake=self._wake)
+        self.pause_desk = PauseDesk(wake=self._wake, spent=lambda: self._progress_report().usage)
         # The workspace kept in git: the base commit every tree starts from, and what the
         # plan published when it ended.
         self._base: str | None = None

@@ -237,6 +237,14 @@ async def test_budget_pause_then_raise_completes(
     error = by_id(report)["a"].error
     assert error is not None and error.type == "BudgetExceeded"
 
+    # A limit the plan has already spent cannot help: refused, and nothing resumes.
+    spent = report.usage.total_tokens
+    assert spent > 1
+    code = await budget_command(plan.id, max_tokens=spent, max_cost_usd=None, settings=rig.settings)
+    err = capsys.readouterr().err
+    assert code == 1 and f"is not above the {spent:,} tokens the plan has spent" in err, err
+    assert by_id(await plan_status(rig.client, plan.id))["a"].status is SubtaskStatus.PAUSED
+
     code = await budget_command(
         plan.id, max_tokens=1_000_000, max_cost_usd=None, settings=rig.settings
     )

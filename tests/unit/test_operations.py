@@ -17,6 +17,7 @@ from durable_plans.domain.models import (
 )
 from durable_plans.domain.operations import (
     BudgetRequest,
+    budget_problem,
     merged_budget,
     paused_problem,
     retry_input,
@@ -125,3 +126,14 @@ def test_merged_budget_changes_only_what_is_named() -> None:
     assert merged_budget(None, BudgetRequest(max_cost_usd=2.5)) == Budget(max_cost_usd=2.5)
     with pytest.raises(OperatorError, match="name a new limit"):
         merged_budget(current, BudgetRequest())
+
+
+def test_a_limit_at_or_below_what_was_spent_cannot_help() -> None:
+    spent = Usage(prompt_tokens=900, completion_tokens=100, cost_usd=0.25)
+    assert budget_problem(BudgetRequest(max_tokens=1_001), spent) is None
+    assert budget_problem(BudgetRequest(max_cost_usd=0.26), spent) is None
+    at = budget_problem(BudgetRequest(max_tokens=1_000), spent)
+    assert at is not None and "is not above the 1,000 tokens the plan has spent" in at
+    below = budget_problem(BudgetRequest(max_tokens=2_000, max_cost_usd=0.1), spent)
+    assert below is not None and "a cost limit of $0.1000 is not above the $0.2500" in below
+    assert budget_problem(BudgetRequest(max_cost_usd=0.0), Usage()) is not None
