@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from aiohttp import web
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_plans.client import (
     ApprovalWaiting,
@@ -239,12 +239,22 @@ async def _subtask(request: web.Request) -> Json:
         },
         "result": result_json(result) if result is not None else None,
         "conversation": conversation,
-        "temporal_url": web_url(
-            ui_base_for(client.settings),
-            client.settings.temporal_namespace,
-            subtask_workflow_id(plan_id, sid),
-        ),
+        "temporal_url": await _started_url(client, subtask_workflow_id(plan_id, sid)),
     }
+
+
+async def _started_url(client: Client, workflow_id: str) -> str | None:
+    """Temporal Web's page of ``workflow_id``, or None when Temporal has no such workflow
+    (a subtask that never started: skipped, cancelled first, still pending), whose link
+    would lead to Temporal Web's "not found"."""
+    try:
+        await client.temporal.get_workflow_handle(workflow_id).describe()
+    except RPCError as err:
+        if err.status is RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    settings = client.settings
+    return web_url(ui_base_for(settings), settings.temporal_namespace, workflow_id)
 
 
 @_answer

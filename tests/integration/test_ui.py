@@ -150,6 +150,15 @@ async def test_a_layered_plan_is_drawn_and_updates_live(harness: Harness, tmp_pa
         assert "▶ running" in text and "coder" in text
         await cdp.evaluate("window.sameDocument = 'yes'")
         await cdp.screenshot(tmp_path / "ui-dag-running.png")
+        # A subtask not started yet has no workflow: no link to Temporal Web's "not found".
+        await click(cdp, '#graph g.node[data-id="L5-1"]')
+        shown = await cdp.wait_for(
+            "document.getElementById('panel').dataset.subtask === 'L5-1' "
+            "&& document.getElementById('panel').innerText.includes('never started') "
+            "&& document.getElementById('panel').innerText"
+        )
+        assert "open in Temporal Web" not in shown
+        assert await cdp.evaluate("document.querySelector('#panel dd a')") is None
 
         held.release()
         await cdp.wait_for(f"{node_status('L1-1')} === 'completed'", timeout_s=WAIT_S)

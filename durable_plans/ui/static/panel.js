@@ -130,7 +130,9 @@
         ["LLM calls", String(r.llm_calls)],
         ["retries", String(r.retries)],
         ["commit", r.commit ? r.commit.slice(0, 12) : "–"],
-        ["workflow", h("a", { href: data.temporal_url, target: "_blank", rel: "noopener noreferrer" }, "open in Temporal Web")],
+        ["workflow", data.temporal_url
+          ? h("a", { href: data.temporal_url, target: "_blank", rel: "noopener noreferrer" }, "open in Temporal Web")
+          : "never started: Temporal has no workflow for it"],
       ]),
     );
     panel.append(h("h3", {}, "description"), h("pre", { class: "live" }, def.description));
