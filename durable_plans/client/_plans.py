@@ -8,6 +8,7 @@ its ``PlanFailed`` error, and a cancelled or terminated run is asked for it thro
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -295,7 +296,7 @@ async def plan_status(client: Client, plan_id: str) -> PlanReport:
     try:
         description = await handle.describe()
         if description.status == WorkflowExecutionStatus.RUNNING:
-            return await query_status(handle)
+            return (await query_status(handle)).running_for(time.time())
         return await wait_for_report(handle)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:

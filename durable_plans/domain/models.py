@@ -447,6 +447,9 @@ class PlanReport(_Frozen):
     subtasks: tuple[SubtaskResult, ...]
     usage: Usage = Usage()
     duration_s: NonNegativeFloat = 0.0
+    # When the plan started (Unix seconds): a workflow reckons ``duration_s`` only when it
+    # wakes, so a reader of a running plan's report counts on from here (``running_for``).
+    started_at_s: NonNegativeFloat | None = None
     # What the plan did to the workspace (base, result commit, branch); None for a run
     # recorded before the workspace was kept in git, or one that has not resolved it yet.
     workspace: WorkspaceSummary | None = None
@@ -459,6 +462,14 @@ class PlanReport(_Frozen):
     # of them did (every subtask completed): ``CheckFailed``.
     checks: CheckRuns = ()
     error: ErrorInfo | None = None
+
+    def running_for(self, now_s: float) -> PlanReport:
+        """This report with the duration up to ``now_s`` while the plan is still open
+        (running or paused); an ended plan's duration is final."""
+        if self.status not in (PlanStatus.RUNNING, PlanStatus.PAUSED) or not self.started_at_s:
+            return self
+        live = round(max(self.duration_s, now_s - self.started_at_s), 3)
+        return self.model_copy(update={"duration_s": live})
 
     @property
     def finished(self) -> bool:
@@ -505,6 +516,7 @@ class PlanReport(_Frozen):
         results: Sequence[SubtaskResult],
         *,
         duration_s: float = 0.0,
+        started_at_s: float | None = None,
         cancelled: bool = False,
         workspace: WorkspaceSummary | None = None,
         checks: CheckRuns = (),
@@ -513,12 +525,16 @@ class PlanReport(_Frozen):
         """The only way reports are made: counts, totals and status derive from results
         (and a failed plan-level check, ``error``)."""
         counts = Counts.of(r.status for r in results)
-        if counts.paused and not cancelled:
+        if cancelled:
+            # How the run ended, as Temporal and ``dplan list`` say it, whatever had
+            # failed before the cancel (the counts still say that).
+            status = PlanStatus.CANCELLED
+        elif counts.paused:
             # Before "failed": the plan is still open, and what it needs is a person.
             status = PlanStatus.PAUSED
         elif counts.failed or error is not None:
             status = PlanStatus.FAILED
-        elif cancelled or counts.cancelled:
+        elif counts.cancelled:
             status = PlanStatus.CANCELLED
         elif counts.pending or counts.running:
             status = PlanStatus.RUNNING
@@ -531,6 +547,7 @@ class PlanReport(_Frozen):
             subtasks=tuple(results),
             usage=Usage.total(r.usage for r in results),
             duration_s=round(duration_s, 3),
+            started_at_s=started_at_s,
             workspace=workspace,
             checks=checks,
             error=error,

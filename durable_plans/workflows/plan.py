@@ -314,6 +314,7 @@ class PlanWorkflow(PauseHandlers):
             plan.id,
             self._rows(plan, every=True),
             duration_s=max(elapsed, 0.0),
+            started_at_s=self._started_at_s or None,
             cancelled=self._cancelled,
             workspace=self._workspace_summary(),
             checks=tuple(self._plan_checks),

@@ -189,6 +189,12 @@ async def test_a_layered_plan_is_drawn_and_updates_live(harness: Harness, tmp_pa
             "&& document.getElementById('conversation').innerText"
         )
         assert "list_dir" in conversation and "Step 3.2" in conversation
+        # A tool result names its call as the assistant's line does (ids are case-sensitive).
+        label, call_id = await cdp.evaluate(
+            "(() => { const r = document.querySelector('#conversation .msg.tool .role'); "
+            "return [r.innerText, r.querySelector('.call-id').textContent]; })()"
+        )
+        assert call_id and call_id in label and call_id in conversation, (label, call_id)
         await cdp.screenshot(tmp_path / "ui-plan-page.png", scale=0.6)  # docs/plan-page.png
         link = await cdp.wait_for("(document.querySelector('#panel dd a') || {}).href")
         assert link.endswith(f"/workflows/{plan.id}%2FL3-2")
@@ -223,6 +229,18 @@ async def test_a_waiting_tool_call_is_decided_from_the_page(
         await open_page(cdp, f"{ui.url}#/plan/{plan.id}")
         row = '#approvals .approval[data-call="look:0.0"]'
         await cdp.wait_for(f"document.querySelector('{row}') !== null", timeout_s=WAIT_S)
+        # Its node says whom it waits for, not "running".
+        node = '#graph g.node[data-id="look"]'
+        await cdp.wait_for(f"document.querySelector('{node}').dataset.waiting === 'true'")
+        label = await cdp.evaluate(f"document.querySelector('{node}').textContent")
+        assert "… waiting for a person" in label and "▶ running" not in label
+        # The header counts the plan as dplan status does, and its duration runs on.
+        totals = await cdp.evaluate("document.getElementById('plan-totals').textContent")
+        assert totals.startswith("1 subtask: 1 running · "), totals
+        await cdp.wait_for(
+            f"document.getElementById('plan-totals').textContent !== {json.dumps(totals)}",
+            timeout_s=WAIT_S,
+        )
         await cdp.screenshot(tmp_path / f"ui-{decision}-waiting.png")
         if decision == "reject":
             await set_value(cdp, f'{row} input[name="reason"]', "not in this sandbox")
@@ -285,6 +303,15 @@ async def test_edit_and_rerun_runs_the_subtask_and_its_dependents_only(
 
     async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
         await open_page(cdp, f"{ui.url}#/plan/{plan.id}/broken")
+        # The failure first: one line naming the subtask and its error, and every count.
+        line = await cdp.wait_for("document.getElementById('plan-failure').textContent")
+        error_of = by_id(failed)["broken"].error
+        assert error_of is not None
+        assert line.startswith(f"✗ first failure: broken — {error_of.type}: "), line
+        totals = await cdp.evaluate("document.getElementById('plan-totals').textContent")
+        counts = failed.counts
+        assert (counts.completed, counts.failed, counts.skipped) == (1, 1, 1)
+        assert totals.startswith("3 subtasks: 1 completed · 1 failed · 1 skipped · "), totals
         error = await cdp.wait_for("(document.getElementById('subtask-error') || {}).textContent")
         # The plan's stream has said it ended: nothing redraws the panel under the edit.
         await cdp.wait_for("window.dplanPage.closed === true")

@@ -83,6 +83,9 @@
 
   /* ---------------------------------------------------------------- a plan */
 
+  // The order the header counts statuses in (the report's Counts).
+  const STATUS_ORDER = ["completed", "failed", "skipped", "cancelled", "paused", "running", "pending"];
+
   class PlanPage {
     constructor(planId) {
       this.planId = planId;
@@ -122,7 +125,47 @@
 
     setReport(report) {
       this.report = report;
+      this.reportAt = Date.now();
       for (const r of report.subtasks) this.graph.setResult(r);
+    }
+
+    /* The plan's duration now: the report's, counting on while the plan is open (the
+     * server reckons it up to when it answered; the page goes on from there). */
+    durationNow() {
+      const r = this.report;
+      if (!r) return 0;
+      const open = r.status === "running" || r.status === "paused";
+      return r.duration_s + (open ? (Date.now() - this.reportAt) / 1000 : 0);
+    }
+
+    paintTotals() {
+      const r = this.report;
+      if (!r) return;
+      const c = r.counts;
+      const total = Object.values(c).reduce((a, b) => a + b, 0);
+      // Every status with a subtask in it, so the parts add up to the whole.
+      const parts = STATUS_ORDER.filter((s) => c[s]).map((s) => `${c[s]} ${s}`);
+      $("plan-totals").textContent =
+        `${total} subtask${total === 1 ? "" : "s"}: ${parts.join(" · ")}` +
+        ` · ${G.fmtTokens(r.usage.tokens)} · ${G.fmtCost(r.usage.cost_usd)} · ${G.fmtDuration(this.durationNow())}` +
+        ` · critical path ${this.graph.critical.nodes.size} subtask${this.graph.critical.nodes.size === 1 ? "" : "s"}`;
+    }
+
+    /* The first failure, at the top: which subtask, what error, and a way to it. */
+    paintFailure() {
+      const box = $("plan-failure");
+      const r = this.report;
+      const first = r && r.subtasks.find((x) => x.status === "failed" || x.status === "paused");
+      box.replaceChildren();
+      box.hidden = !(first || (r && r.error));
+      if (first) {
+        const verb = first.status === "paused" ? "paused on" : "first failure:";
+        const link = P.h("a", { href: "#/plan/" + encodeURIComponent(this.planId) + "/" + encodeURIComponent(first.id),
+          onclick: (ev) => { ev.preventDefault(); this.select(first.id); } }, first.id);
+        box.append(`${G.icon(first.status)} ${verb} `, link, ` — ${first.error.type}: ${first.error.message}`);
+      } else if (r && r.error) {
+        box.append(`✗ the plan's check failed — ${r.error.type}: ${r.error.message}`);
+      }
     }
 
     paintHead() {
@@ -137,14 +180,11 @@
       st.className = "badge s-" + status;
       st.dataset.status = status;
       st.textContent = `${G.icon(status)} ${status}`;
-      if (r) {
-        const c = r.counts;
-        const total = Object.values(c).reduce((a, b) => a + b, 0);
-        $("plan-totals").textContent =
-          `${c.completed}/${total} completed` + (c.failed ? ` · ${c.failed} failed` : "") +
-          (c.running ? ` · ${c.running} running` : "") + (c.paused ? ` · ${c.paused} paused` : "") +
-          ` · ${G.fmtTokens(r.usage.tokens)} · ${G.fmtCost(r.usage.cost_usd)} · ${G.fmtDuration(r.duration_s)}` +
-          ` · critical path ${this.graph.critical.nodes.size} subtasks`;
+      this.paintTotals();
+      this.paintFailure();
+      clearInterval(this.clock);
+      if (r && (r.status === "running" || r.status === "paused")) {
+        this.clock = setInterval(() => this.paintTotals(), 1000);
       }
       $("legend").textContent = "○ pending ▶ running ✓ completed ✗ failed ↷ skipped ⊘ cancelled ‖ paused · purple: critical path" +
         (this.timelineNote ? " · timeline unavailable: " + this.timelineNote : "");
@@ -308,6 +348,7 @@
 
     stop() {
       clearInterval(this.timelineTimer);
+      clearInterval(this.clock);
       this.closed = true;
       if (this.source) this.source.close();
     }

@@ -194,6 +194,14 @@
       this.collapsedByDefault = subtasks.length > COLLAPSE_TOTAL;
     }
     setResult(result) { this.results.set(result.id, result); }
+
+    /* The subtasks with a tool call waiting for a person; true when that changed. */
+    setWaiting(ids) {
+      const next = new Set(ids);
+      const was = this.waiting || new Set();
+      this.waiting = next;
+      return next.size !== was.size || [...next].some((id) => !was.has(id));
+    }
     setRuns(runs) {
       this.runs = runs || [];
       this.own = new Map();
@@ -343,12 +351,16 @@
       if (this.critical.nodes.has(id)) cls.push("critical");
       if (this.selected === id) cls.push("selected");
       if (this.query) cls.push(this.matches(s) ? "match" : "dim");
-      group.setAttribute("class", cls.join(" "));
       group.setAttribute("data-status", status);
+      const waiting = status === "running" && this.waiting && this.waiting.has(id);
+      if (waiting) cls.push("waiting");
+      group.setAttribute("class", cls.join(" "));
+      group.setAttribute("data-waiting", waiting ? "true" : "false");
       const secs = this.durationOf(id);
+      const state = waiting ? "… waiting for a person" : `${icon(status)} ${status}`;
       const lines = [
         { text: clip(id, 28), cls: "title" },
-        { text: `${icon(status)} ${status}${r.retries ? " (retry " + r.retries + ")" : ""} · ${r.agent || s.agent}`, cls: "state" },
+        { text: `${state}${r.retries ? " (retry " + r.retries + ")" : ""} · ${r.agent || s.agent}`, cls: "state" },
         { text: `${secs ? fmtDuration(secs) : "–"} · ${fmtTokens(r.usage.tokens)} · ${fmtCost(r.usage.cost_usd)}` },
       ];
       const subs = this.subagentsOf(id);

@@ -31,8 +31,10 @@
 
   function messageView(m) {
     const box = h("div", { class: "msg " + m.role });
-    const label = m.role + (m.name ? ` (${m.name})` : "") + (m.tool_call_id ? ` ← ${m.tool_call_id}` : "");
-    box.append(h("div", { class: "role" }, label));
+    const label = h("div", { class: "role" }, m.role + (m.name ? ` (${m.name})` : ""));
+    // The call's id as the assistant's line gives it (ids are case-sensitive).
+    if (m.tool_call_id) label.append(" ← ", h("span", { class: "call-id" }, m.tool_call_id));
+    box.append(label);
     if (m.content) box.append(h("pre", {}, m.content));
     for (const c of m.tool_calls || []) {
       box.append(h("div", { class: "call" }, `→ ${c.name}(${c.arguments || ""})  [${c.id}]`));
@@ -185,7 +187,17 @@
 
   /* The waiting calls, updated in place: a row already shown keeps what the operator
    * typed (edited arguments, a reason) while the list refreshes around it. */
+  /* When a call began waiting, as a person reads it: the local time, and how long ago. */
+  function sinceText(iso) {
+    const at = new Date(iso);
+    if (Number.isNaN(at.getTime())) return iso;
+    const secs = Math.max(0, (Date.now() - at.getTime()) / 1000);
+    return `${at.toLocaleString()} (${window.DplanGraph.fmtDuration(secs)} ago)`;
+  }
+
   function showApprovals(page, calls) {
+    // A subtask with a call waiting is not working: its node says whom it waits for.
+    if (page.graph.setWaiting(calls.map((c) => c.subtask.split("/")[0]))) page.redraw();
     const box = document.getElementById("approvals");
     box.hidden = !calls.length;
     const wanted = new Set(calls.map((c) => c.call));
@@ -206,7 +218,7 @@
       const reject = () => page.act("reject", { call: c.call, reason: reason.value });
       box.append(h("div", { class: "approval", data: { call: c.call } },
         h("div", {},
-          h("div", {}, `${c.call} · ${c.agent} wants ${c.tool} · since ${c.since}`),
+          h("div", { title: c.since }, `${c.call} · ${c.agent} wants ${c.tool} · since ${sinceText(c.since)}`),
           args),
         h("div", { class: "actions" },
           h("button", { type: "button", class: "primary", data: { action: "approve" }, onclick: approve }, "approve"),
