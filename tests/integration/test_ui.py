@@ -344,6 +344,73 @@ async def test_edit_and_rerun_runs_the_subtask_and_its_dependents_only(
     assert requests_naming(harness.provider, "[marker:after]") > 0
 
 
+# --------------------------------------------------------------------------- navigation
+
+
+async def test_one_plan_per_page_however_fast_the_operator_moves(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """A plan opened at a subtask, and another 50 ms later: the page shows the second plan
+    only (its header, its graph, its URL), nothing of the first lands on it, and an
+    unknown plan after it shows its error on a clean page."""
+    docs = make_plan([("docs", "Write the docs", []), ("x", "Check", ["docs"])], prefix="nav-a")
+    other = make_plan([("only", "Look around", [])], prefix="nav-b")
+    for plan in (docs, other):
+        await asyncio.wait_for((await harness.start(plan)).result(), timeout=WAIT_S)
+
+    async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
+        await open_page(cdp, f"{ui.url}#/plan/{other.id}")
+        await cdp.evaluate(
+            "window.dplanErrors = []; "
+            "window.addEventListener('error', (e) => dplanErrors.push(String(e.message)));"
+            "window.addEventListener('unhandledrejection', (e) => "
+            "dplanErrors.push(String(e.reason)));"
+        )
+        await set_value(cdp, "#search", "only")  # search state the next plan must not keep
+        await cdp.evaluate("document.getElementById('search').dispatchEvent(new Event('input'))")
+        assert await cdp.evaluate("document.getElementById('search-count').textContent")
+        settled = (
+            "window.dplanInFlight === 0 && document.body.dataset.rendered === '1' "
+            "&& window.dplanPage.planId === {id}"
+        )
+        for _ in range(3):  # the race, three times over: each must end on the second plan
+            await cdp.evaluate(
+                f"location.hash = '#/plan/{docs.id}/docs'; "
+                f"setTimeout(() => {{ location.hash = '#/plan/{other.id}'; }}, 50);"
+            )
+            await cdp.wait_for(settled.format(id=json.dumps(other.id)), timeout_s=WAIT_S)
+            await cdp.wait_for("window.dplanInFlight === 0", timeout_s=WAIT_S)
+            state = await cdp.evaluate(
+                "({title: document.getElementById('plan-title').textContent, "
+                "hash: location.hash, panel: document.getElementById('panel').hidden, "
+                "nodes: [...document.querySelectorAll('#graph g.node')].map(n => n.dataset.id), "
+                "transform: document.getElementById('viewport').getAttribute('transform'), "
+                "search: document.getElementById('search').value, "
+                "count: document.getElementById('search-count').textContent, "
+                "flash: document.getElementById('flash').textContent, errors: dplanErrors})"
+            )
+            assert state["title"] == other.id and state["hash"] == f"#/plan/{other.id}", state
+            assert state["panel"] is True and state["nodes"] == ["only"], state
+            assert "NaN" not in (state["transform"] or ""), state
+            assert state["search"] == "" and state["count"] == "", state
+            assert state["flash"] == "" and state["errors"] == [], state
+
+        await cdp.evaluate("location.hash = '#/plan/no-such-plan-x'")
+        flash = await cdp.wait_for(
+            "window.dplanInFlight === 0 && document.getElementById('flash').textContent",
+            timeout_s=WAIT_S,
+        )
+        assert "no-such-plan-x" in flash
+        clean = await cdp.evaluate(
+            "({title: document.getElementById('plan-title').textContent, "
+            "status: document.getElementById('plan-status').textContent, "
+            "totals: document.getElementById('plan-totals').textContent, "
+            "nodes: document.querySelectorAll('#graph g.node').length})"
+        )
+        assert clean == {"title": "no-such-plan-x", "status": "", "totals": "", "nodes": 0}
+        await cdp.screenshot(tmp_path / "ui-unknown-plan.png")
+
+
 # --------------------------------------------------------------------------- refusals
 
 

@@ -12,15 +12,21 @@
     if (!res.ok) throw new Error((data && data.error) || `error: ${res.status} ${res.statusText}`);
     return data;
   }
+  // Requests not answered yet (read by the tests: the page has settled when it is 0).
+  window.dplanInFlight = 0;
+  async function counted(request) {
+    window.dplanInFlight += 1;
+    try { return await request(); } finally { window.dplanInFlight -= 1; }
+  }
   const DplanApi = {
-    async get(path) { return parse(await fetch(path, { credentials: "same-origin" })); },
+    async get(path) { return counted(async () => parse(await fetch(path, { credentials: "same-origin" }))); },
     async post(path, body) {
-      return parse(await fetch(path, {
+      return counted(async () => parse(await fetch(path, {
         method: "POST",
         credentials: "same-origin",
         headers: { "Content-Type": "application/json", "X-Dplan-CSRF": CSRF },
         body: JSON.stringify(body || {}),
-      }));
+      })));
     },
   };
   window.DplanApi = DplanApi;
@@ -99,11 +105,15 @@
       this.timelineDue = null;
       this.approvalsDue = null;
       this.closed = false;
+      // Set when another page replaced this one: nothing of its own may paint any more
+      // (the answers it still awaits belong to a plan no longer shown).
+      this.gone = false;
     }
 
     async load() {
       const t0 = performance.now();
       const data = await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId));
+      if (this.gone) return;
       const fetched = performance.now();
       this.plan = data.plan;
       this.graph.setPlan(data.plan.subtasks);
@@ -221,6 +231,7 @@
     }
 
     onEvent(event) {
+      if (this.gone) return;
       if (event.type === "subtask") {
         this.graph.setResult(event.result);
         this.soonTimeline();
@@ -254,6 +265,7 @@
       this.reportBusy = true;
       try {
         const data = await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId));
+        if (this.gone) return;
         // The final report came with the stream's end: an answer read before it is older.
         if (data.report && !this.closed) this.setReport(data.report);
         this.graph.setRuns(data.timeline.available ? data.timeline.runs : []);
@@ -271,9 +283,10 @@
     async refreshTimeline() {
       try {
         const t = await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId) + "/timeline");
+        if (this.gone) return;
         if (t.available) this.graph.setRuns(t.runs);
       } catch (_) { /* shown on the next load */ }
-      this.redraw();
+      if (!this.gone) this.redraw();
     }
 
     redraw() {
@@ -290,8 +303,8 @@
       try {
         const calls = this.report && (this.report.status === "running" || this.report.status === "paused")
           ? await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId) + "/approvals") : [];
-        P.showApprovals(this, calls);
-      } catch (err) { P.showApprovals(this, []); }
+        if (!this.gone) P.showApprovals(this, calls);
+      } catch (err) { if (!this.gone) P.showApprovals(this, []); }
     }
 
     soonPanel() {
@@ -324,18 +337,20 @@
       flash("…");
       try {
         const answer = await DplanApi.post(`/api/do/${encodeURIComponent(this.planId)}/${action}`, body);
+        if (this.gone) return;
         flash(answer.message || "done");
         if (action === "retry") { this.closed = false; setTimeout(() => this.reload(), 300); }
         this.refreshApprovals();
         this.refreshReport();
         if (this.selected) this.soonPanel();
       } catch (err) {
-        flash(err.message, true);
+        if (!this.gone) flash(err.message, true);
       }
     }
 
     async reload() {
       const data = await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId));
+      if (this.gone) return;
       this.plan = data.plan;
       this.graph.setPlan(data.plan.subtasks);
       if (data.report) this.setReport(data.report);
@@ -347,10 +362,13 @@
     }
 
     stop() {
+      this.gone = true;
       clearInterval(this.timelineTimer);
       clearInterval(this.clock);
+      for (const t of [this.timelineDue, this.approvalsDue, this.panelDue]) clearTimeout(t);
       this.closed = true;
       if (this.source) this.source.close();
+      this.graph.destroy();
     }
   }
 
@@ -373,6 +391,32 @@
     }
   }
 
+  /* The plan view as a new plan finds it: nothing left of the one shown before (its
+   * header, graph, panel, waiting calls, search, message). */
+  function clearPlanView(planId) {
+    flash("");
+    $("crumb").textContent = "plan " + planId;
+    $("plan-title").textContent = planId;
+    const st = $("plan-status");
+    st.className = "badge";
+    st.dataset.status = "";
+    st.textContent = "";
+    for (const id of ["plan-totals", "plan-goal", "legend", "search-count"]) $(id).textContent = "";
+    $("plan-failure").hidden = true;
+    $("plan-failure").replaceChildren();
+    $("plan-controls").replaceChildren();
+    $("plan-temporal").removeAttribute("href");
+    $("approvals").hidden = true;
+    $("approvals").replaceChildren();
+    $("search").value = "";
+    $("panel").hidden = true;
+    $("panel").replaceChildren();
+    delete $("panel").dataset.subtask;
+    document.body.dataset.rendered = "";
+    $("viewport").replaceChildren();
+    $("timeline").replaceChildren();
+  }
+
   async function route() {
     const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
     clearInterval(listTimer);
@@ -380,15 +424,17 @@
     if (parts[0] === "plan" && parts[1]) {
       $("list-view").hidden = true;
       $("plan-view").hidden = false;
-      $("panel").hidden = true;
-      page = new PlanPage(parts[1]);
-      window.dplanPage = page;
+      clearPlanView(parts[1]);
+      const mine = new PlanPage(parts[1]);
+      page = mine;
+      window.dplanPage = mine;
       setView("graph");
       try {
-        await page.load();
-        if (parts[2]) page.select(parts[2]);
+        await mine.load();
+        if (mine.gone) return; // another plan was opened meanwhile
+        if (parts[2]) mine.select(parts[2]);
       } catch (err) {
-        flash(err.message, true);
+        if (!mine.gone) flash(err.message, true);
       }
     } else {
       $("plan-view").hidden = true;

@@ -442,6 +442,8 @@
 
     fit() {
       const box = this.svg.getBoundingClientRect();
+      // Nothing laid out yet, or a hidden canvas: no scale to fit to.
+      if (!(this.width > 0 && this.height > 0 && box.width > 0 && box.height > 0)) return;
       const k = Math.min(box.width / this.width, box.height / this.height, 1.2);
       this.view = { k, x: (box.width - this.width * k) / 2, y: 8 };
       this.apply();
@@ -467,24 +469,29 @@
       this.apply();
     }
 
+    /* The page replaced: its listeners go (the SVG stays for the next plan's graph). */
+    destroy() { this.listening.abort(); }
+
     installPanZoom() {
       let drag = null;
+      this.listening = new AbortController();
+      const signal = this.listening.signal;
       this.svg.addEventListener("wheel", (ev) => {
         ev.preventDefault();
         const box = this.svg.getBoundingClientRect();
         this.zoom(ev.deltaY < 0 ? 1.15 : 1 / 1.15, ev.clientX - box.left, ev.clientY - box.top);
-      }, { passive: false });
+      }, { passive: false, signal });
       this.svg.addEventListener("mousedown", (ev) => {
         drag = { x: ev.clientX, y: ev.clientY, vx: this.view.x, vy: this.view.y };
         this.svg.classList.add("panning");
-      });
+      }, { signal });
       window.addEventListener("mousemove", (ev) => {
         if (!drag) return;
         this.view.x = drag.vx + ev.clientX - drag.x;
         this.view.y = drag.vy + ev.clientY - drag.y;
         this.apply();
-      });
-      window.addEventListener("mouseup", () => { drag = null; this.svg.classList.remove("panning"); });
+      }, { signal });
+      window.addEventListener("mouseup", () => { drag = null; this.svg.classList.remove("panning"); }, { signal });
     }
 
     /* ---------------------------------------------------------------- timeline */

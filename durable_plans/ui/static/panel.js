@@ -112,10 +112,10 @@
     try {
       data = await api().get(`/api/plans/${encodeURIComponent(page.planId)}/subtasks/${encodeURIComponent(sid)}`);
     } catch (err) {
-      panel.replaceChildren(h("p", { class: "error-box" }, err.message));
+      if (!page.gone) panel.replaceChildren(h("p", { class: "error-box" }, err.message));
       return;
     }
-    if (panel.dataset.subtask !== sid) return; // another was chosen meanwhile
+    if (page.gone || panel.dataset.subtask !== sid) return; // another was chosen meanwhile
     const def = data.subtask;
     const r = data.result || { status: "pending", agent: def.agent, usage: { tokens: 0, prompt_tokens: 0, completion_tokens: 0, cost_usd: 0 }, llm_calls: 0, retries: 0 };
     panel.dataset.status = r.status;
