@@ -160,18 +160,28 @@ def timeout_reason(timeout_s: float) -> str:
 
 
 def edited_arguments_problem(text: str) -> str | None:
-    """Why ``--args`` text cannot replace a call's arguments, or None (a JSON object)."""
+    """Why edited arguments (``--args``, the page's edit, ``Client.approve``) cannot replace
+    a call's arguments, or None (a JSON object). Worded for all three: no CLI flag."""
     if len(text) > MAX_EDITED_ARGUMENTS_CHARS:
-        return f"--args is too long ({len(text)} characters, limit {MAX_EDITED_ARGUMENTS_CHARS})"
+        return (
+            f"the edited arguments are too long ({len(text)} characters, "
+            f"limit {MAX_EDITED_ARGUMENTS_CHARS})"
+        )
     try:
         value = json.loads(text)
     except json.JSONDecodeError as err:
-        return f"--args is not valid JSON: {err.msg} at character {err.pos}"
+        return f"the edited arguments are not valid JSON: {err.msg} at character {err.pos}"
     if not isinstance(value, dict):
-        return f"--args must be a JSON object of the tool's arguments, got {type(value).__name__}"
+        return (
+            "the edited arguments must be a JSON object of the tool's arguments, "
+            f"got {type(value).__name__}"
+        )
     if contains_secret(text):
         # The Update's argument is stored in the workflow history, readable in Temporal Web.
-        return "--args holds what looks like a secret; it would be stored in the workflow history"
+        return (
+            "the edited arguments hold what looks like a secret; it would be stored in the "
+            "workflow history"
+        )
     kept = PLACEHOLDER.search(text)
     if kept is not None:
         # A model's call is scrubbed before it is stored or run: no secret stays behind a

@@ -229,7 +229,7 @@ def paused_problem(plan: Plan, results: Mapping[str, SubtaskResult], subtask: st
 def merged_budget(current: Budget | None, request: BudgetRequest) -> Budget:
     """The budget after ``request``; refuses a request that names no limit."""
     if request.max_tokens is None and request.max_cost_usd is None:
-        raise OperatorError("name a new limit: --max-tokens N and/or --max-cost-usd X")
+        raise OperatorError("name a new limit: a token limit and/or a cost limit")
     base = current or Budget()
     return Budget(
         max_tokens=request.max_tokens if request.max_tokens is not None else base.max_tokens,

@@ -38,6 +38,7 @@ from durable_plans.client import (
     operator_action,
 )
 from durable_plans.domain.ids import subtask_workflow_id
+from durable_plans.domain.models import SubtaskResult, SubtaskStatus
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.temporal_client import ui_base_for, web_url
 from durable_plans.ui.conversation import Conversations, running_session_id
@@ -223,12 +224,12 @@ async def _subtask(request: web.Request) -> Json:
     report = await client.status(plan_id)
     result = subtask_lookup(report, sid)
     session_id = result.session_id if result is not None else None
-    if session_id is None and result is not None:
+    if session_id is None and result is not None and result.status in _WORKING:
         session_id = running_session_id(plan, definitions.first_run.get(plan_id, ""), result)
     conversation = (
         await request.app[_CONVERSATIONS].messages(session_id)
         if session_id
-        else {"unavailable": "this subtask has not started"}
+        else {"unavailable": _never_started(result)}
     )
     return {
         "subtask": {
@@ -241,6 +242,18 @@ async def _subtask(request: web.Request) -> Json:
         "conversation": conversation,
         "temporal_url": await _started_url(client, subtask_workflow_id(plan_id, sid)),
     }
+
+
+# Statuses of a subtask at work on its branch before the report names it.
+_WORKING = frozenset({SubtaskStatus.RUNNING, SubtaskStatus.PAUSED})
+
+
+def _never_started(result: SubtaskResult | None) -> str:
+    """Why a subtask has no conversation: it never ran, and for what reason."""
+    if result is None or result.status is SubtaskStatus.PENDING:
+        return "this subtask has not started"
+    why = f": {result.error.message}" if result.error is not None else ""
+    return f"no conversation: this subtask never ran ({result.status.value}{why})"
 
 
 async def _started_url(client: Client, workflow_id: str) -> str | None:

@@ -287,7 +287,7 @@ async def test_the_commands_list_scrubbed_arguments_and_record_the_operator(
     code, _, err = await dplan("approve", plan.id, "peek")
     assert code == 2 and "SUBTASK:TURN.INDEX" in err
     code, _, err = await dplan("approve", plan.id, "peek:0.0", "--args", "[1]")
-    assert code == 2 and "--args must be a JSON object" in err
+    assert code == 2 and "the edited arguments must be a JSON object" in err
 
     code, out, err = await dplan(
         "reject", plan.id, "peek:0.0", "--reason", "no keys", "--who", "ops@example"

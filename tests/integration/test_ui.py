@@ -312,6 +312,17 @@ async def test_edit_and_rerun_runs_the_subtask_and_its_dependents_only(
         counts = failed.counts
         assert (counts.completed, counts.failed, counts.skipped) == (1, 1, 1)
         assert totals.startswith("3 subtasks: 1 completed · 1 failed · 1 skipped · "), totals
+        assert await cdp.evaluate("document.title") == f"✗ {plan.id} · dplan"
+        # A skipped subtask never ran: its panel says so, not "no conversation yet".
+        await click(cdp, '#graph g.node[data-id="after"]')
+        note = await cdp.wait_for(
+            "document.getElementById('panel').dataset.subtask === 'after' "
+            "&& document.getElementById('panel').innerText.includes('never ran') "
+            "&& document.getElementById('panel').innerText"
+        )
+        assert "no conversation: this subtask never ran (skipped: " in note, note
+        assert "yet" not in note, note
+        await click(cdp, '#graph g.node[data-id="broken"]')
         error = await cdp.wait_for("(document.getElementById('subtask-error') || {}).textContent")
         # The plan's stream has said it ended: nothing redraws the panel under the edit.
         await cdp.wait_for("window.dplanPage.closed === true")

@@ -117,9 +117,12 @@ def test_call_ids_name_the_workflow_below_the_plan() -> None:
     [
         ('{"path": "src"}', None),
         ("{}", None),
-        ("[1, 2]", "--args must be a JSON object of the tool's arguments, got list"),
-        ("{path: 1}", "--args is not valid JSON"),
-        ('{"content": "OPENAI_API_KEY=sk-proj-aaaaaaaaaaaaaaaaaaaaaaaaaaaa"}', "--args holds"),
+        ("[1, 2]", "the edited arguments must be a JSON object of the tool's arguments, got list"),
+        ("{path: 1}", "the edited arguments are not valid JSON"),
+        (
+            '{"content": "OPENAI_API_KEY=sk-proj-aaaaaaaaaaaaaaaaaaaaaaaaaaaa"}',
+            "the edited arguments hold what",
+        ),
         # A kept placeholder would be written as it reads: the secret is not kept anywhere.
         (
             '{"content": "API_KEY=[REDACTED:openai]\\nREGION=us"}',

@@ -47,6 +47,7 @@
 
   async function showList() {
     $("crumb").textContent = "plans";
+    document.title = "plans · dplan";
     const form = $("filters");
     const params = new URLSearchParams();
     for (const name of ["status", "query", "limit"]) {
@@ -190,6 +191,7 @@
       st.className = "badge s-" + status;
       st.dataset.status = status;
       st.textContent = `${G.icon(status)} ${status}`;
+      document.title = `${G.icon(status)} ${p.id} · dplan`;
       this.paintTotals();
       this.paintFailure();
       clearInterval(this.clock);
@@ -397,6 +399,7 @@
     flash("");
     $("crumb").textContent = "plan " + planId;
     $("plan-title").textContent = planId;
+    document.title = `${planId} · dplan`;
     const st = $("plan-status");
     st.className = "badge";
     st.dataset.status = "";
