@@ -179,6 +179,17 @@ async def test_a_layered_plan_is_drawn_and_updates_live(harness: Harness, tmp_pa
         )
         assert {c.split("-")[0] for c in critical} == {f"L{i}" for i in range(1, 6)}
         assert await cdp.evaluate("document.querySelectorAll('#graph path.edge.critical').length")
+        # From real times, queueing included: c waited 3 s for a worker after b and ended
+        # last, so the path is b → c (5 s), not a → x, whose runs add up to more.
+        path = await cdp.evaluate(
+            "(() => { const spans = {a: [0, 3], x: [3, 4], b: [0, 1], c: [4, 5]}; "
+            "const subs = [{id: 'a', depends_on: []}, {id: 'x', depends_on: ['a']}, "
+            "{id: 'b', depends_on: []}, {id: 'c', depends_on: ['b']}]; "
+            "const p = DplanGraph.criticalPath(subs, "
+            "(id) => ({start: spans[id][0] * 1000, end: spans[id][1] * 1000})); "
+            "return {nodes: [...p.nodes].sort(), edges: [...p.edges], length: p.length}; })()"
+        )
+        assert path == {"nodes": ["b", "c"], "edges": ["b>c"], "length": 5}
         await cdp.screenshot(tmp_path / "ui-dag.png")
 
         # A subtask's panel: its conversation from the session store, its link.

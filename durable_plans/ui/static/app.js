@@ -90,6 +90,11 @@
 
   /* ---------------------------------------------------------------- a plan */
 
+  function criticalText(path) {
+    const n = path.nodes.size;
+    return `${n} subtask${n === 1 ? "" : "s"}` + (path.length ? `, ${G.fmtDuration(path.length)}` : "");
+  }
+
   // The order the header counts statuses in (the report's Counts).
   const STATUS_ORDER = ["completed", "failed", "skipped", "cancelled", "paused", "running", "pending"];
 
@@ -159,7 +164,7 @@
       $("plan-totals").textContent =
         `${total} subtask${total === 1 ? "" : "s"}: ${parts.join(" · ")}` +
         ` · ${G.fmtTokens(r.usage.tokens)} · ${G.fmtCost(r.usage.cost_usd)} · ${G.fmtDuration(this.durationNow())}` +
-        ` · critical path ${this.graph.critical.nodes.size} subtask${this.graph.critical.nodes.size === 1 ? "" : "s"}`;
+        ` · critical path ${criticalText(this.graph.critical)}`;
     }
 
     /* The first failure, at the top: which subtask, what error, and a way to it. */

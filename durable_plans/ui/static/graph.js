@@ -62,23 +62,56 @@
 
   /* The chain of subtasks that took longest end to end (measured durations; one unit
    * each before anything has run), as a set of ids and of "dep>id" edges. */
-  function criticalPath(subtasks, durationOf) {
+  /* The critical path: the chain of dependencies that decided when the plan ended, read
+   * from the runs' real times. It ends at the subtask that ended last (still running: now)
+   * and goes back, each time through the dependency that ended last (the one it waited
+   * for, queueing included), to a subtask that waited for none; its length is the time
+   * from that first start to that last end. An ended plan's times do not change, so
+   * neither does its path. Before anything ran: the chain with the most subtasks. */
+  function criticalPath(subtasks, spanOf) {
+    const spans = new Map();
+    for (const s of subtasks) {
+      const span = spanOf(s.id);
+      if (span) spans.set(s.id, span);
+    }
+    if (!spans.size) return longestChain(subtasks);
+    const byId = new Map(subtasks.map((s) => [s.id, s]));
+    let last = null;
+    for (const s of subtasks) { // ties go to the first in plan order: stable
+      if (spans.has(s.id) && (last === null || spans.get(s.id).end > spans.get(last).end)) last = s.id;
+    }
+    const nodes = new Set();
+    const edges = new Set();
+    let id = last;
+    let first = last;
+    while (id !== null) {
+      nodes.add(id);
+      first = id;
+      let from = null;
+      for (const dep of byId.get(id).depends_on) {
+        if (spans.has(dep) && (from === null || spans.get(dep).end > spans.get(from).end)) from = dep;
+      }
+      if (from !== null) edges.add(from + ">" + id);
+      id = from;
+    }
+    return { nodes, edges, length: (spans.get(last).end - spans.get(first).start) / 1000 };
+  }
+
+  /* The chain of dependencies with the most subtasks (ties: the deeper end). */
+  function longestChain(subtasks) {
     const depth = layersOf(subtasks);
     const order = subtasks.slice().sort((a, b) => depth.get(a.id) - depth.get(b.id));
-    const measured = subtasks.some((s) => durationOf(s.id) > 0);
-    const weight = (id) => (measured ? durationOf(id) || 0 : 1);
     const dist = new Map();
     const prev = new Map();
     let end = null;
     for (const s of order) {
-      let best = -1; // any dependency continues the chain, even one not timed yet
+      let best = 0;
       let from = null;
       for (const dep of s.depends_on) {
         if (dist.has(dep) && dist.get(dep) > best) { best = dist.get(dep); from = dep; }
       }
-      dist.set(s.id, Math.max(best, 0) + weight(s.id));
+      dist.set(s.id, best + 1);
       prev.set(s.id, from);
-      // Ties go to the deeper subtask: the chain ends where the plan ends.
       if (end === null || dist.get(s.id) >= dist.get(end)) end = s.id;
     }
     const nodes = new Set();
@@ -88,7 +121,7 @@
       const p = prev.get(id);
       if (p !== null && p !== undefined) edges.add(p + ">" + id);
     }
-    return { nodes, edges, length: end === null ? 0 : dist.get(end) };
+    return { nodes, edges, length: 0 };
   }
 
   /* Up to DAGRE_MAX_NODES drawn nodes, dagre lays the graph out (network simplex ranking
@@ -216,6 +249,19 @@
     runsOf(id) { return (this.own && this.own.get(id)) || []; }
     subagentsOf(id) { return (this.subs && this.subs.get(id)) || []; }
 
+    /* When a subtask ran, first start to last end (ms; a run still going ends now). */
+    spanOf(id) {
+      const runs = this.runsOf(id);
+      if (!runs.length) return null;
+      let start = Infinity;
+      let end = -Infinity;
+      for (const r of runs) {
+        start = Math.min(start, Date.parse(r.started));
+        end = Math.max(end, r.closed ? Date.parse(r.closed) : Date.now());
+      }
+      return Number.isFinite(start) && Number.isFinite(end) ? { start, end } : null;
+    }
+
     durationOf(id) {
       const runs = this.runsOf(id);
       if (!runs.length) return 0;
@@ -252,7 +298,7 @@
 
     render() {
       const started = performance.now();
-      this.critical = criticalPath(this.subtasks, (id) => this.durationOf(id));
+      this.critical = criticalPath(this.subtasks, (id) => this.spanOf(id));
       const collapsed = this.collapsedLayers();
       const subRows = (id) => Math.min(this.subagentsOf(id).length, MAX_SUB_ROWS + 1);
       const key = [...collapsed].sort().join(",") + "|" +
