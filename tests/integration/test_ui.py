@@ -433,6 +433,89 @@ async def test_one_plan_per_page_however_fast_the_operator_moves(
         await cdp.screenshot(tmp_path / "ui-unknown-plan.png")
 
 
+# --------------------------------------------------------------------------- big plans
+
+
+# Edges that pass over a node they do not join, sampled every 2 px along each segment
+# (a node's box taken 2 px in, so touching a border is not passing under it).
+EDGES_UNDER_NODES = """(() => {
+  const boxes = [...document.querySelectorAll('#graph g.node')].map((g) => {
+    const m = /translate\\(([-\\d.]+),([-\\d.]+)\\)/.exec(g.getAttribute('transform'));
+    const r = g.querySelector('rect.box');
+    return {id: g.dataset.id, x: +m[1] + 2, y: +m[2] + 2,
+            w: +r.getAttribute('width') - 4, h: +r.getAttribute('height') - 4};
+  });
+  const bad = [];
+  for (const p of document.querySelectorAll('#graph path.edge')) {
+    const pts = p.getAttribute('d').split(/[ML]/).filter((s) => s.trim())
+      .map((s) => s.trim().split(/\\s+/).map(Number));
+    for (let i = 1; i < pts.length; i++) {
+      const [x0, y0] = pts[i - 1], [x1, y1] = pts[i];
+      const steps = Math.max(1, Math.ceil(Math.hypot(x1 - x0, y1 - y0) / 2));
+      for (const b of boxes) {
+        if (b.id === p.dataset.from || b.id === p.dataset.to) continue;
+        for (let k = 0; k <= steps; k++) {
+          const x = x0 + (x1 - x0) * k / steps, y = y0 + (y1 - y0) * k / steps;
+          if (x > b.x && x < b.x + b.w && y > b.y && y < b.y + b.h) {
+            bad.push(p.dataset.from + '>' + p.dataset.to + ' under ' + b.id); break;
+          }
+        }
+      }
+    }
+  }
+  return [...new Set(bad)].slice(0, 10);
+})()"""
+
+TEXTS_OVERFLOWING = (
+    "[...document.querySelectorAll('#graph g.node')].flatMap((g) => {"
+    " const room = Number(g.querySelector('rect.box').getAttribute('width')) - 16;"
+    " return [...g.querySelectorAll('text')]"
+    "  .filter((t) => t.getComputedTextLength() > room + 0.5).map((t) => t.textContent); })"
+)
+
+
+async def test_every_label_fits_its_box_collapsed_and_expanded(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """A plan of 200 subtasks, its second layer of 199 collapsed into one node at first:
+    every line of every node fits its box, before and after *expand layers*. Its first
+    subtask is held, so the rest wait: the page draws them from the plan."""
+    assert isinstance(harness.provider, GatedProvider)
+    held = harness.provider.gate("root", 99, first_call_of("Look at the repository first"))
+    subtasks = [Subtask(id="root", description="Look at the repository first")]
+    subtasks += [
+        Subtask(id=f"module-{i:03}-with-a-long-name", description=f"Port module {i}",
+                depends_on=("root",))
+        for i in range(199)
+    ]  # fmt: skip
+    plan = make_plan([("x", "x", [])], prefix="ui-big").model_copy(
+        update={"subtasks": tuple(subtasks)}
+    )
+    handle = await harness.start(plan)
+    try:
+        async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
+            await open_page(cdp, f"{ui.url}#/plan/{plan.id}")
+            group = await cdp.evaluate(
+                "document.querySelector('#graph g.node.group text.title').textContent"
+            )
+            assert group == "▸ layer 2 · 199 subtasks"
+            assert await cdp.evaluate(TEXTS_OVERFLOWING) == []
+            await click(cdp, "#expand-all")
+            await cdp.wait_for("document.querySelectorAll('#graph g.node').length === 200")
+            assert await cdp.evaluate(TEXTS_OVERFLOWING) == []
+            # Readable once fitted: the wide layer wraps into rows, no edge under a node.
+            assert await cdp.evaluate(EDGES_UNDER_NODES) == []
+            scale = await cdp.evaluate(
+                "Number(/scale\\(([\\d.]+)\\)/.exec("
+                "document.getElementById('viewport').getAttribute('transform'))[1])"
+            )
+            assert scale >= 0.3, scale  # a 220 px box at least 66 px wide on screen
+            await cdp.screenshot(tmp_path / "ui-big-expanded.png")
+    finally:
+        await handle.terminate("test over")
+        held.release()  # the worker stops without waiting out the held call
+
+
 # --------------------------------------------------------------------------- refusals
 
 

@@ -42,6 +42,47 @@
   }
   function clip(text, n) { return text.length > n ? text.slice(0, n - 1) + "…" : text; }
 
+  // A node's text starts this far in from its box's left edge (and keeps as much room on
+  // the right); a line this short fits any box, so only longer ones are measured.
+  const TEXT_X = 8;
+  const FITS_CHARS = 24;
+  // A line as it fits its box (font|room|text → what is shown).
+  const FITTED = new Map();
+  const FONTS = new Map(); // a text class → the CSS font it is drawn in
+  let ruler = null; // a canvas context: measures text without laying the page out
+
+  /* ``line.text`` as it fits ``room`` pixels in ``t``'s font: whole, or cut with "…".
+   * Measured on a canvas in the font the page's style gives the line's class, so painting
+   * a thousand nodes never lays the page out once per line; the node's tooltip has it
+   * whole. */
+  function fitted(t, line, room) {
+    const cls = line.cls || "";
+    if (!FONTS.has(cls)) {
+      const cs = getComputedStyle(t);
+      FONTS.set(cls, `${cs.fontStyle} ${cs.fontWeight} ${cs.fontSize} ${cs.fontFamily}`);
+    }
+    const font = FONTS.get(cls);
+    const key = `${font}|${room}|${line.text}`;
+    let shown = FITTED.get(key);
+    if (shown === undefined) {
+      ruler = ruler || document.createElement("canvas").getContext("2d");
+      ruler.font = font;
+      const full = line.text;
+      shown = full;
+      if (room > 0 && ruler.measureText(full).width > room) {
+        let lo = 0;
+        let hi = full.length;
+        while (lo < hi) { // the longest cut that fits
+          const mid = Math.ceil((lo + hi) / 2);
+          if (ruler.measureText(full.slice(0, mid) + "…").width <= room) lo = mid; else hi = mid - 1;
+        }
+        shown = full.slice(0, lo) + "…";
+      }
+      FITTED.set(key, shown);
+    }
+    return shown;
+  }
+
   /* Layers: the longest chain of dependencies before each subtask. */
   function layersOf(subtasks) {
     const byId = new Map(subtasks.map((s) => [s.id, s]));
@@ -60,8 +101,6 @@
     return depth;
   }
 
-  /* The chain of subtasks that took longest end to end (measured durations; one unit
-   * each before anything has run), as a set of ids and of "dep>id" edges. */
   /* The critical path: the chain of dependencies that decided when the plan ended, read
    * from the runs' real times. It ends at the subtask that ended last (still running: now)
    * and goes back, each time through the dependency that ended last (the one it waited
@@ -129,6 +168,9 @@
    * the extra ordering pass above DAGRE_FAST_NODES). Above that, dagre takes seconds to
    * minutes, so the nodes go in rows by layer, ordered by a few barycenter sweeps. */
   const DAGRE_MAX_NODES = 400;
+  // A drawn layer wider than this (an expanded one) goes in rows of this many, in the
+  // layered layout: dagre would put it in one row, a strip nobody can read once fitted.
+  const WRAP_LAYER = 12;
   const DAGRE_FAST_NODES = 120;
   const GAP_X = 22;
   const GAP_Y = 46;
@@ -174,26 +216,54 @@
       }
     };
     for (let i = 0; i < 2; i++) { sweep(ranks.slice(1), ups); sweep(ranks.slice(0, -1).reverse(), downs); }
-    const widest = Math.max(...ranks.map((r) => rows.get(r).reduce((a, n) => a + n.width + GAP_X, 0)));
-    const placed = new Map();
-    let y = MARGIN;
+    // Every row on one grid of equal cells, a layer wider than WRAP_LAYER wrapped into
+    // several rows: the gaps between columns line up from top to bottom, so an edge that
+    // has rows to cross goes down a gap and never passes under a node.
+    const cellW = Math.max(...nodes.map((n) => n.width)) + GAP_X;
+    const lines = [];
     for (const r of ranks) {
       const row = rows.get(r);
-      const tall = Math.max(...row.map((n) => n.height));
-      let x = MARGIN + (widest - row.reduce((a, n) => a + n.width + GAP_X, 0)) / 2;
-      for (const n of row) {
-        placed.set(n.id, { x: x + n.width / 2, y: y + n.height / 2, width: n.width, height: n.height });
-        x += n.width + GAP_X;
-      }
-      y += tall + GAP_Y;
+      for (let i = 0; i < row.length; i += WRAP_LAYER) lines.push(row.slice(i, i + WRAP_LAYER));
     }
+    const columns = Math.max(...lines.map((line) => line.length));
+    const placed = new Map();
+    const lineOf = new Map();
+    const tops = [];
+    let y = MARGIN;
+    lines.forEach((line, li) => {
+      const tall = Math.max(...line.map((n) => n.height));
+      const first = Math.floor((columns - line.length) / 2); // centred, on the grid
+      line.forEach((n, i) => {
+        const cx = MARGIN + (first + i) * cellW + (cellW - GAP_X) / 2;
+        placed.set(n.id, { x: cx, y: y + n.height / 2, width: n.width, height: n.height });
+        lineOf.set(n.id, li);
+      });
+      tops.push(y);
+      y += tall + GAP_Y;
+    });
+    const gapAbove = (li) => tops[li] - GAP_Y / 2;
     const routes = new Map();
     for (const e of edges) {
       const a = placed.get(e.a);
       const b = placed.get(e.b);
-      routes.set(e.a + ">" + e.b, [{ x: a.x, y: a.y + a.height / 2 }, { x: b.x, y: b.y - b.height / 2 }]);
+      const from = { x: a.x, y: a.y + a.height / 2 };
+      const to = { x: b.x, y: b.y - b.height / 2 };
+      const below = gapAbove(lineOf.get(e.a) + 1);
+      if (lineOf.get(e.b) === lineOf.get(e.a) + 1) {
+        // The next row: down a's own cell to the gap, then across it to b.
+        routes.set(e.a + ">" + e.b, [from, { x: a.x, y: below - GAP_Y / 2 }, to]);
+        continue;
+      }
+      // Down into the gap below a's row, along it to the gap right of a's column, down
+      // that to the gap above b's row, along it to above b.
+      const above = gapAbove(lineOf.get(e.b));
+      const gutter = a.x + (cellW - GAP_X) / 2 + GAP_X / 2;
+      routes.set(e.a + ">" + e.b, [
+        from, { x: a.x, y: below }, { x: gutter, y: below },
+        { x: gutter, y: above }, { x: b.x, y: above }, to,
+      ]);
     }
-    return { nodes: placed, edges: routes, width: widest + 2 * MARGIN, height: y + MARGIN };
+    return { nodes: placed, edges: routes, width: columns * cellW + 2 * MARGIN, height: y + MARGIN };
   }
 
   class PlanGraph {
@@ -342,10 +412,11 @@
           this.edgeList.push({ a, b, real: !a.startsWith("layer:") && !b.startsWith("layer:") });
         }
       }
-      const placed = nodes.length > DAGRE_MAX_NODES
-        ? layeredLayout(nodes, this.edgeList)
-        : dagreLayout(nodes, this.edgeList);
-      this.layoutEngine = nodes.length > DAGRE_MAX_NODES ? "layers" : "dagre";
+      const perRank = new Map();
+      for (const n of nodes) perRank.set(n.rank, (perRank.get(n.rank) || 0) + 1);
+      const layered = nodes.length > DAGRE_MAX_NODES || Math.max(0, ...perRank.values()) > WRAP_LAYER;
+      const placed = layered ? layeredLayout(nodes, this.edgeList) : dagreLayout(nodes, this.edgeList);
+      this.layoutEngine = layered ? "layers" : "dagre";
       this.groups = groups;
       this.viewport.replaceChildren();
       this.nodeEls = new Map();
@@ -368,7 +439,7 @@
         const title = el("title");
         group.append(title);
         for (let i = 0; i < 3 + (id.startsWith("layer:") ? 0 : MAX_SUB_ROWS + 1); i++) {
-          group.append(el("text", { x: 8, y: 17 + i * 17 - (i > 2 ? (i - 3) * 2 : 0) }));
+          group.append(el("text", { x: TEXT_X, y: 17 + i * 17 - (i > 2 ? (i - 3) * 2 : 0) }));
         }
         group.addEventListener("click", (ev) => { ev.stopPropagation(); this.clicked(id); });
         nodeLayer.append(group);
@@ -380,10 +451,12 @@
 
     setTexts(group, lines) {
       const texts = group.querySelectorAll("text");
+      const room = Number(group.querySelector("rect.box").getAttribute("width")) - 2 * TEXT_X;
       texts.forEach((t, i) => {
         const line = lines[i];
         t.textContent = line ? line.text : "";
         t.setAttribute("class", line ? line.cls || "" : "");
+        if (line && line.text.length > FITS_CHARS) t.textContent = fitted(t, line, room);
       });
     }
 
@@ -439,11 +512,12 @@
       if (ids.some((id) => this.critical.nodes.has(id))) cls.push("critical");
       group.setAttribute("class", cls.join(" "));
       this.setTexts(group, [
-        { text: `▸ layer ${layer + 1}: ${ids.length} subtasks (click to expand)`, cls: "title" },
-        { text: clip(summary, 40), cls: "state" },
+        { text: `▸ layer ${layer + 1} · ${ids.length} subtasks`, cls: "title" },
+        { text: summary, cls: "state" },
         { text: `${fmtTokens(tokens)} · ${fmtCost(cost)}` },
       ]);
-      group.querySelector("title").textContent = ids.slice(0, 40).join(", ") + (ids.length > 40 ? " …" : "");
+      group.querySelector("title").textContent = `layer ${layer + 1} (click to expand): ${summary}\n` +
+        ids.slice(0, 40).join(", ") + (ids.length > 40 ? " …" : "");
     }
 
     paintEdges() {
