@@ -142,6 +142,7 @@ async def test_a_layered_plan_is_drawn_and_updates_live(harness: Harness, tmp_pa
         await open_page(cdp, f"{ui.url}#/plan/{plan.id}")
         assert await cdp.evaluate("document.querySelectorAll('#graph g.node').length") == 20
         assert await cdp.evaluate("document.querySelectorAll('#graph path.edge').length") == edges
+        assert await cdp.evaluate(EDGES_UNDER_NODES) == []  # dagre's routes too
         # Readable without colour: the node says its status in words, with an icon.
         await cdp.wait_for(f"{node_status('L1-1')} === 'running'", timeout_s=WAIT_S)
         text = await cdp.evaluate(

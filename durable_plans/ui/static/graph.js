@@ -187,8 +187,50 @@
     for (const e of edges) g.setEdge(e.a, e.b);
     dagre.layout(g, fast ? { disableOptimalOrderHeuristic: true } : undefined);
     const placed = new Map(nodes.map((n) => [n.id, g.node(n.id)]));
-    const routes = new Map(edges.map((e) => [e.a + ">" + e.b, g.edge(e.a, e.b).points]));
+    const routes = new Map(edges.map((e) => [e.a + ">" + e.b, ranked(placed, e, g.edge(e.a, e.b).points)]));
     return { nodes: placed, edges: routes, width: g.graph().width, height: g.graph().height };
+  }
+
+  /* An edge leaves its node's bottom and enters the other's top, crossing between ranks
+   * only in the gap between them. dagre's own route starts where the straight line to its
+   * next point leaves the box, which for a node far to the side is the box's side: the
+   * edge then runs along its rank, under the nodes beside it. Between neighbouring ranks
+   * the edge goes down, across the gap and down; a longer one keeps dagre's points
+   * through the ranks it crosses (its reserved slots) and only its ends change. */
+  function ranked(placed, e, points) {
+    const a = placed.get(e.a);
+    const b = placed.get(e.b);
+    const bands = rankBands(placed);
+    const ia = bands.findIndex((band) => band.y === a.y);
+    const ib = bands.findIndex((band) => band.y === b.y);
+    const from = { x: a.x, y: a.y + a.height / 2 };
+    const to = { x: b.x, y: b.y - b.height / 2 };
+    if (ia < 0 || ib !== ia + 1) {
+      const inner = points.slice(1, -1);
+      if (ia < 0 || ib <= ia || !inner.length) return points;
+      const below = (bands[ia].bottom + bands[ia + 1].top) / 2;
+      const above = (bands[ib - 1].bottom + bands[ib].top) / 2;
+      return [from, { x: a.x, y: below }, { x: inner[0].x, y: below }, ...inner,
+        { x: inner[inner.length - 1].x, y: above }, { x: b.x, y: above }, to];
+    }
+    const gap = (bands[ia].bottom + bands[ib].top) / 2;
+    return [from, { x: a.x, y: gap }, { x: b.x, y: gap }, to];
+  }
+
+  /* The ranks of a dagre layout top to bottom: each rank's centre line and the extent of
+   * its tallest box (dagre centres a rank's boxes on one line). Kept per layout. */
+  let bandsOf = { placed: null, bands: [] };
+  function rankBands(placed) {
+    if (bandsOf.placed === placed) return bandsOf.bands;
+    const byY = new Map();
+    for (const n of placed.values()) {
+      const band = byY.get(n.y) || { y: n.y, top: Infinity, bottom: -Infinity };
+      band.top = Math.min(band.top, n.y - n.height / 2);
+      band.bottom = Math.max(band.bottom, n.y + n.height / 2);
+      byY.set(n.y, band);
+    }
+    bandsOf = { placed, bands: [...byY.values()].sort((p, q) => p.y - q.y) };
+    return bandsOf.bands;
   }
 
   function layeredLayout(nodes, edges) {
