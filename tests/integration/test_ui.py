@@ -10,6 +10,7 @@ Temporal and the session store hold. Screenshots are saved in each test's tmp di
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -222,6 +223,71 @@ async def test_a_layered_plan_is_drawn_and_updates_live(harness: Harness, tmp_pa
             timeout_s=WAIT_S,
         )
         await cdp.screenshot(tmp_path / "ui-plans.png")
+
+
+# --------------------------------------------------------------------------- figures
+
+STATUS_ORDER = ("completed", "failed", "skipped", "cancelled", "paused", "running", "pending")
+
+
+def header_of(report: PlanReport) -> str:
+    """The header's figures as the page must give them for ``report`` (what ``dplan
+    status --json`` says), up to the duration."""
+    counts = report.counts.model_dump()
+    total = sum(counts.values())
+    parts = " · ".join(f"{counts[s]} {s}" for s in STATUS_ORDER if counts[s])
+    tokens = report.usage.prompt_tokens + report.usage.completion_tokens
+    return (
+        f"{total} subtask{'' if total == 1 else 's'}: {parts} · {tokens:,} tok"
+        f" · ${report.usage.cost_usd:.4f} · "
+    )
+
+
+async def test_the_header_gives_the_reports_figures_in_every_terminal_state(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """A completed, a failed and a cancelled plan: each page's status, counts (every
+    status, adding up), tokens, cost and duration are its report's."""
+    assert isinstance(harness.provider, GatedProvider)
+    held = harness.provider.gate("hold", 99, first_call_of("Wait here"))
+    done = make_plan([("a", "Do it", []), ("b", "Then this", ["a"])], prefix="fig-ok")
+    failed = make_plan(
+        [("ok", "Fine", []), ("bad", "Break it [fail:400]", []), ("dep", "After", ["bad"])],
+        prefix="fig-fail",
+    )
+    cancelled = make_plan(
+        [("quick", "Quick", []), ("slow", "Wait here", []), ("later", "After", ["slow"])],
+        prefix="fig-cancel",
+    )
+    handles = {p.id: await harness.start(p) for p in (done, failed, cancelled)}
+    await wait_status(harness, cancelled.id, "slow", SubtaskStatus.RUNNING)
+    await wait_status(harness, cancelled.id, "quick", SubtaskStatus.COMPLETED)
+    await handles[cancelled.id].cancel()
+    held.release()
+    for handle in handles.values():
+        with contextlib.suppress(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), timeout=WAIT_S)
+    client = PlansClient(harness.client, harness.settings)
+    reports = {p.id: await client.status(p.id) for p in (done, failed, cancelled)}
+    assert [r.status for r in reports.values()] == [
+        PlanStatus.COMPLETED,
+        PlanStatus.FAILED,
+        PlanStatus.CANCELLED,
+    ]
+
+    async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
+        for plan_id, report in reports.items():
+            await open_page(cdp, f"{ui.url}#/plan/{plan_id}")
+            status = await cdp.wait_for(
+                "document.getElementById('plan-status').dataset.status", timeout_s=WAIT_S
+            )
+            assert status == report.status.value, plan_id
+            totals = await cdp.evaluate("document.getElementById('plan-totals').textContent")
+            expected = header_of(report)
+            assert totals.startswith(expected), (totals, expected)
+            shown = float(totals[len(expected) :].split("s", 1)[0])
+            assert abs(shown - report.duration_s) <= 0.05, (totals, report.duration_s)
+            await cdp.screenshot(tmp_path / f"ui-figures-{report.status.value}.png")
 
 
 # --------------------------------------------------------------------------- approvals
