@@ -167,20 +167,28 @@ async def _config(request: web.Request) -> Json:
     }
 
 
+NO_ATTRIBUTES_NOTE = (
+    "the namespace has no Dplan search attributes: goal, progress, tokens and cost are "
+    "unknown (–) until `dplan setup` registers them"
+)
+
+
 @_answer
-async def _plans(request: web.Request) -> list[Any]:
+async def _plans(request: web.Request) -> Json:
     client = request.app[_CLIENT]
     limit_text = request.query.get("limit", "50")
     try:
         limit = int(limit_text)
     except ValueError:
         raise _bad(f"limit must be a whole number, not {limit_text!r}") from None
-    rows = await client.list(
+    rows, with_attributes = await client.list_plans(
         status=request.query.get("status") or None,
         query=request.query.get("query") or None,
         limit=limit,
     )
-    return [summary_json(row) for row in rows]
+    # What `dplan list` says under its table when the columns cannot be filled.
+    note = "" if with_attributes else NO_ATTRIBUTES_NOTE
+    return {"plans": [summary_json(row) for row in rows], "note": note}
 
 
 @_answer

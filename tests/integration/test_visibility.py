@@ -15,17 +15,20 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.cli.main import main
+from durable_plans.client import Client as PlansClient
 from durable_plans.domain import search_attributes as sa
 from durable_plans.domain.models import PlanStatus
 from durable_plans.namespace_setup import check_search_attributes
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.testing import FakeProvider
+from durable_plans.ui import UiSecurity, running_ui
 from durable_plans.workflows.visibility import PROGRESS_INTERVAL
 from tests.integration.conftest import (
     Harness,
@@ -275,6 +278,16 @@ async def test_without_registered_attributes_plans_run_with_one_warning_then_set
         (row,) = await _eventually(listed, lambda rows: len(rows) == 1, what="the plan")
         assert (row["plan_id"], row["status"], row["total"]) == (plan.id, "completed", 2)
         assert row["tokens"] is None and row["completed"] is None
+        # The plan page's list says why its columns are dashes, and what fills them.
+        plans = PlansClient(client, settings)
+        async with (
+            running_ui(plans, UiSecurity(), port=0) as ui,
+            aiohttp.ClientSession() as web,
+            web.get(f"{ui.url}api/plans") as resp,
+        ):
+            listing = await resp.json()
+        assert [r["plan_id"] for r in listing["plans"]] == [plan.id]
+        assert "`dplan setup` registers them" in listing["note"]
 
         code, out, _ = await _dplan_async(capsys, monkeypatch, client, "setup")
         assert code == 0 and out.startswith(f"added {len(sa.ALL)} search attributes")

@@ -55,8 +55,9 @@
       if (v) params.set(name, v);
     }
     let rows;
+    let note;
     try {
-      rows = await DplanApi.get("/api/plans?" + params.toString());
+      ({ plans: rows, note } = await DplanApi.get("/api/plans?" + params.toString()));
     } catch (err) {
       flash(err.message, true);
       return;
@@ -85,7 +86,7 @@
         }
       }
     }
-    $("plans-note").textContent = rows.length ? "" : "no plans found";
+    $("plans-note").textContent = [rows.length ? "" : "no plans found", note].filter(Boolean).join(" · ");
   }
 
   /* ---------------------------------------------------------------- a plan */
