@@ -192,6 +192,15 @@ async def test_a_layered_plan_is_drawn_and_updates_live(harness: Harness, tmp_pa
             "return {nodes: [...p.nodes].sort(), edges: [...p.edges], length: p.length}; })()"
         )
         assert path == {"nodes": ["b", "c"], "edges": ["b>c"], "length": 5}
+        # A subtask the report says ran, not in the timeline yet (visibility lags): the
+        # path still ends at it, at a last subtask, its length unknown until it is timed.
+        lagging = await cdp.evaluate(
+            "(() => { const subs = [{id: 'a', depends_on: []}, {id: 'b', depends_on: ['a']}]; "
+            "const p = DplanGraph.criticalPath(subs, "
+            "(id) => (id === 'a' ? {start: 0, end: 1000} : null), () => true); "
+            "return {nodes: [...p.nodes].sort(), length: p.length}; })()"
+        )
+        assert lagging == {"nodes": ["a", "b"], "length": 0}
         await cdp.screenshot(tmp_path / "ui-dag.png")
 
         # A subtask's panel: its conversation from the session store, its link.

@@ -107,17 +107,26 @@
    * for, queueing included), to a subtask that waited for none; its length is the time
    * from that first start to that last end. An ended plan's times do not change, so
    * neither does its path. Before anything ran: the chain with the most subtasks. */
-  function criticalPath(subtasks, spanOf) {
+  function criticalPath(subtasks, spanOf, ran = () => false) {
     const spans = new Map();
+    const went = new Set(); // subtasks that ran, timed or not (visibility lags a little)
     for (const s of subtasks) {
       const span = spanOf(s.id);
       if (span) spans.set(s.id, span);
+      if (span || ran(s.id)) went.add(s.id);
     }
-    if (!spans.size) return longestChain(subtasks);
+    if (!went.size) return longestChain(subtasks);
+    // One that ran but is not timed yet ended after every timed one.
+    const endOf = (id) => (spans.has(id) ? spans.get(id).end : Infinity);
     const byId = new Map(subtasks.map((s) => [s.id, s]));
+    const followed = new Set();
+    for (const s of subtasks) {
+      if (went.has(s.id)) for (const dep of s.depends_on) followed.add(dep);
+    }
     let last = null;
-    for (const s of subtasks) { // ties go to the first in plan order: stable
-      if (spans.has(s.id) && (last === null || spans.get(s.id).end > spans.get(last).end)) last = s.id;
+    for (const s of subtasks) { // a last one: nothing that ran after it depends on it
+      if (!went.has(s.id) || followed.has(s.id)) continue;
+      if (last === null || endOf(s.id) > endOf(last)) last = s.id; // ties: plan order
     }
     const nodes = new Set();
     const edges = new Set();
@@ -128,12 +137,13 @@
       first = id;
       let from = null;
       for (const dep of byId.get(id).depends_on) {
-        if (spans.has(dep) && (from === null || spans.get(dep).end > spans.get(from).end)) from = dep;
+        if (went.has(dep) && (from === null || endOf(dep) > endOf(from))) from = dep;
       }
       if (from !== null) edges.add(from + ">" + id);
       id = from;
     }
-    return { nodes, edges, length: (spans.get(last).end - spans.get(first).start) / 1000 };
+    const timed = spans.has(last) && spans.has(first);
+    return { nodes, edges, length: timed ? (spans.get(last).end - spans.get(first).start) / 1000 : 0 };
   }
 
   /* The chain of dependencies with the most subtasks (ties: the deeper end). */
@@ -361,6 +371,12 @@
     runsOf(id) { return (this.own && this.own.get(id)) || []; }
     subagentsOf(id) { return (this.subs && this.subs.get(id)) || []; }
 
+    /* Whether the report says a subtask ran (or runs): its timeline may not have it yet. */
+    ran(id) {
+      const r = this.results.get(id);
+      return Boolean(r) && ["running", "completed", "failed", "paused"].includes(r.status);
+    }
+
     /* When a subtask ran, first start to last end (ms; a run still going ends now). */
     spanOf(id) {
       const runs = this.runsOf(id);
@@ -410,7 +426,7 @@
 
     render() {
       const started = performance.now();
-      this.critical = criticalPath(this.subtasks, (id) => this.spanOf(id));
+      this.critical = criticalPath(this.subtasks, (id) => this.spanOf(id), (id) => this.ran(id));
       const collapsed = this.collapsedLayers();
       const subRows = (id) => Math.min(this.subagentsOf(id).length, MAX_SUB_ROWS + 1);
       const key = [...collapsed].sort().join(",") + "|" +
