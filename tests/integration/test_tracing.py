@@ -1,4 +1,5 @@
-"""One trace per plan, through a worker SIGKILL and a replay, without a duplicate span.
+"""One trace per plan, through a worker SIGKILL and a replay, without a duplicate span
+(but the one a killed worker exported for a workflow task the next worker runs again).
 
 Two real `dplan-worker` processes export over OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT) to
 a receiver in this test that keeps the spans in memory; the first is SIGKILLed once it has
@@ -196,14 +197,23 @@ async def test_one_trace_per_plan_through_a_sigkill_and_a_replay(
                 await asyncio.to_thread(second.stop)
 
     assert report.status is PlanStatus.COMPLETED
-    spans = receiver.spans
-    services = Counter(s.service for s in spans)
+    received = receiver.spans
+    services = Counter(s.service for s in received)
     assert services["worker-1"] > 0 and services["worker-2"] > 0, services
 
-    # One trace, and no span twice, whichever worker ran or replayed what.
-    assert len({s.trace_id for s in spans}) == 1, Counter(s.trace_id for s in spans)
-    ids = Counter(s.span_id for s in spans)
-    assert [i for i, n in ids.items() if n > 1] == []
+    # One trace, and no span twice, whichever worker ran or replayed what, but for one
+    # the killed worker exported for a workflow task it never completed: the next worker
+    # runs that task again and exports the same span, the same id, name and parent (a
+    # trace backend keeps one). Any other repeat is a bug.
+    assert len({s.trace_id for s in received}) == 1, Counter(s.trace_id for s in received)
+    copies: dict[str, list[ReceivedSpan]] = {}
+    for s in received:
+        copies.setdefault(s.span_id, []).append(s)
+    for same in copies.values():
+        if len(same) > 1:
+            assert sorted(c.service for c in same) == ["worker-1", "worker-2"], same
+            assert len({(c.name, c.parent_id, c.trace_id) for c in same}) == 1, same
+    spans = [same[0] for same in copies.values()]  # as first exported
     by_name = Counter(s.name for s in spans)
     once = [f"plan {plan.id}", *(f"subtask {sid}" for sid, _, _ in TRACED_PLAN), "sub-agent ask"]
     once += ["execute_tool delegate_to_sub_agent", "chat openai/cheap-model"]
