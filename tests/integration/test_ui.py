@@ -390,7 +390,7 @@ async def test_edit_and_rerun_runs_the_subtask_and_its_dependents_only(
     assert before["after"] == 0
 
     async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
-        await open_page(cdp, f"{ui.url}#/plan/{plan.id}/broken")
+        await open_page(cdp, f"{ui.url}#/plan/{plan.id}/after")
         # The failure first: one line naming the subtask and its error, and every count.
         line = await cdp.wait_for("document.getElementById('plan-failure').textContent")
         error_of = by_id(failed)["broken"].error
@@ -402,7 +402,6 @@ async def test_edit_and_rerun_runs_the_subtask_and_its_dependents_only(
         assert totals.startswith("3 subtasks: 1 completed · 1 failed · 1 skipped · "), totals
         assert await cdp.evaluate("document.title") == f"✗ {plan.id} · dplan"
         # A skipped subtask never ran: its panel says so, not "no conversation yet".
-        await click(cdp, '#graph g.node[data-id="after"]')
         note = await cdp.wait_for(
             "document.getElementById('panel').dataset.subtask === 'after' "
             "&& document.getElementById('panel').innerText.includes('never ran') "
@@ -410,8 +409,15 @@ async def test_edit_and_rerun_runs_the_subtask_and_its_dependents_only(
         )
         assert "no conversation: this subtask never ran (skipped: " in note, note
         assert "yet" not in note, note
-        await click(cdp, '#graph g.node[data-id="broken"]')
-        error = await cdp.wait_for("(document.getElementById('subtask-error') || {}).textContent")
+
+        # The failed subtask's page, as an operator opens it to edit and re-run it.
+        await cdp.evaluate(f"location.hash = '#/plan/{plan.id}/broken'")
+        error = await cdp.wait_for(
+            "window.dplanPage.selected === 'broken' "
+            "&& document.getElementById('panel').dataset.subtask === 'broken' "
+            "&& (document.getElementById('subtask-error') || {}).textContent",
+            timeout_s=WAIT_S,
+        )
         # The plan's stream has said it ended: nothing redraws the panel under the edit.
         await cdp.wait_for("window.dplanPage.closed === true")
         assert "400" in error or "BadRequest" in error

@@ -317,7 +317,15 @@
 
     soonPanel() {
       clearTimeout(this.panelDue);
-      this.panelDue = setTimeout(() => { if (this.selected) P.showSubtask(this, this.selected); }, 300);
+      this.panelDue = setTimeout(() => {
+        if (!this.selected || this.gone) return;
+        // Drawn since this was asked, with the status it has now: keep it (an edit being
+        // typed stays).
+        const panel = $("panel");
+        const now = this.graph.results.get(this.selected);
+        if (panel.dataset.subtask === this.selected && now && panel.dataset.status === now.status) return;
+        P.showSubtask(this, this.selected);
+      }, 300);
     }
 
     paintLiveText() {
