@@ -39,7 +39,7 @@ from durable_plans.domain.models import (
     PlanReport,
     PlanStatus,
 )
-from durable_plans.domain.operations import SubtaskEdit
+from durable_plans.domain.plan_log import describe_entry
 from durable_plans.embedded import (
     EmbeddedTemporal,
     RunningWorker,
@@ -307,11 +307,15 @@ def describe_notification(outcome: DeliveryOutcome) -> str:
     return f"webhook: delivering (webhook-id {outcome.webhook_id})"
 
 
-def describe_edit(edit: SubtaskEdit) -> str:
-    """``edited: b (description, model) by alice@host at 2026-…``: an edit and re-run."""
-    who = f" by {edit.by}" if edit.by else ""
-    when = f" at {edit.at}" if edit.at else ""
-    return f"edited: {edit.subtask} ({', '.join(edit.fields)}){who}{when}"
+def print_log(report: PlanReport) -> None:
+    """The plan's decisions under its report, oldest first: pauses, resumes, skips,
+    budgets, approvals, rejections, cancels, retries and edits, with who and when."""
+    if not report.log:
+        return
+    dropped = f" ({report.log_omitted} older not kept)" if report.log_omitted else ""
+    print(f"log{dropped}:")
+    for entry in report.log:
+        print(f"  {describe_entry(entry)}")
 
 
 async def status_command(
@@ -345,8 +349,7 @@ async def status_command(
             sys.stdout.flush()
         else:
             print_report(report, json_output=json_output, url=url, settings=resolved)
-            for edit in edits:
-                print(describe_edit(edit))
+            print_log(report)
             if notification is not None:
                 print(describe_notification(notification))
         if follow:

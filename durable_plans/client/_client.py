@@ -79,6 +79,7 @@ from durable_plans.domain.operations import (
 )
 from durable_plans.domain.plan_data import size_problems
 from durable_plans.domain.plan_loader import load_plan_file, plan_from_data, validate_plan
+from durable_plans.domain.plan_log import cancel_reason
 from durable_plans.namespace_setup import setup_search_attributes
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
@@ -268,7 +269,8 @@ class Client:
         if description.status != WorkflowExecutionStatus.RUNNING:
             state = description.status.name.lower() if description.status else "closed"
             raise Refused(f"plan '{plan_id}' is not running (it is {state})")
-        await self._plan_handle(plan_id).cancel()
+        # The reason names the operator: the plan's log says who cancelled it.
+        await self._plan_handle(plan_id).cancel(reason=cancel_reason(self._operator))
 
     async def live_status(self, plan_id: str) -> PlanReport:
         """The running plan's own answer to its ``status`` query, with a bounded wait

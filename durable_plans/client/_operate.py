@@ -12,6 +12,7 @@ fields is recorded in the new run's memo (``EDITS_MEMO``), kept by every later r
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -42,6 +43,7 @@ from durable_plans.domain.operations import (
     with_agents_of,
 )
 from durable_plans.domain.plan_loader import validate_plan
+from durable_plans.domain.plan_log import LogEntry, PlanLog
 from durable_plans.domain.problems import describe
 from durable_plans.domain.secrets import scrub_secrets
 
@@ -133,6 +135,22 @@ async def _carried_state(
     return await query_plan(client.get_workflow_handle(plan_id), CARRIED_STATE_QUERY, PlanInput)
 
 
+def _logged_retry(
+    new_input: PlanInput, rerun: list[str], changes: Mapping[str, SubtaskChanges], by: str
+) -> PlanInput:
+    """The new run's input with the retry, and each edit, added to the plan's log."""
+    now = time.time()
+    runs = ", ".join(rerun)
+    entries = [LogEntry.of(now, "retried", by=by, detail=f"runs again: {runs}")]
+    entries += [
+        LogEntry.of(now, "edited", by=by, subtask=sid, detail="changed " + ", ".join(change.fields))
+        for sid, change in changes.items()
+    ]
+    log = PlanLog(new_input.log, new_input.log_omitted)
+    log.extend(entries)
+    return new_input.model_copy(update={"log": log.entries, "log_omitted": log.omitted})
+
+
 async def start_retry(
     client: Client,
     plan_id: str,
@@ -168,6 +186,7 @@ async def start_retry(
             SubtaskEdit(subtask=sid, fields=change.fields, by=by, at=at)
             for sid, change in changes.items()
         ]
+    new_input = _logged_retry(new_input, rerun, changes or {}, by)
     goal = new_input.plan.goal
     summary = f"retry: {scrub_secrets(goal)[:100]}" if goal else None
     if changes:

@@ -207,7 +207,18 @@ def settle_stopped(report: PlanReport) -> PlanReport:
         r if r.status.is_terminal else r.model_copy(update={"status": SubtaskStatus.CANCELLED})
         for r in report.subtasks
     ]
-    return PlanReport.build(report.plan_id, results, duration_s=report.duration_s, cancelled=True)
+    return PlanReport.build(
+        report.plan_id,
+        results,
+        duration_s=report.duration_s,
+        started_at_s=report.started_at_s,
+        cancelled=True,
+        workspace=report.workspace,
+        checks=report.checks,
+        error=report.error,
+        log=report.log,
+        log_omitted=report.log_omitted,
+    )
 
 
 async def query_status(handle: WorkflowHandle[Any, Any]) -> PlanReport:

@@ -24,6 +24,7 @@ from durable_plans.domain.models import (
     Usage,
 )
 from durable_plans.domain.plan_data import PackedPlan, PlanDataRef
+from durable_plans.domain.plan_log import LogEntry
 from durable_plans.domain.tools_config import McpServerTools, ToolSchema
 from durable_plans.domain.workspace_refs import WorkspaceRef, WorkspaceStart
 
@@ -322,6 +323,9 @@ class SubtaskInput(_Payload):
     # Where the subtask's tree starts; None: tools work in the worker's workspace
     # directory (a sub-agent of a loop without a tree).
     workspace: WorkspaceStart | None = None
+    # The plan's workflow id, told of each approval decision here or in a sub-agent
+    # spawned from here (``domain/plan_log.py``); empty for a conversation's sub-agents.
+    report_to: str = ""
     # Where the plan's full data is when ``subtask`` holds an excerpt of its description.
     plan_data: PlanDataRef | None = None
     # The plan's default number of failed check rounds (``domain/checks.py``).
@@ -387,6 +391,11 @@ class PlanInput(_Payload):
     # A plan by reference continued as new: its progress (results, merged, branches,
     # prior) packed here instead of in those fields, which are then empty.
     carried: PackedPlan | None = None
+    # The plan's log of decisions so far (``domain/plan_log.py``), and how many older
+    # entries it dropped: carried by continue-as-new, and by ``dplan retry`` with the
+    # retry's own entries added.
+    log: tuple[LogEntry, ...] = ()
+    log_omitted: int = Field(default=0, ge=0)
 
 
 class WorkerFacts(_Payload):

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 
 from durable_plans.domain.approval_rules import ApprovalPolicy
 from durable_plans.domain.checks import MAX_CHECK_ROUNDS, CheckCommands, CheckRuns
+from durable_plans.domain.plan_log import LogEntry
 from durable_plans.domain.workspace_refs import WorkspaceSummary
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -462,6 +463,11 @@ class PlanReport(_Frozen):
     # of them did (every subtask completed): ``CheckFailed``.
     checks: CheckRuns = ()
     error: ErrorInfo | None = None
+    # The decisions taken on the plan, oldest first (``domain/plan_log.py``): pauses,
+    # resumes, skips, budgets, approvals, rejections, cancels, retries and edits, each
+    # with who and when; ``log_omitted`` older ones were dropped to keep it small.
+    log: tuple[LogEntry, ...] = ()
+    log_omitted: NonNegativeInt = 0
 
     def running_for(self, now_s: float) -> PlanReport:
         """This report with the duration up to ``now_s`` while the plan is still open
@@ -521,6 +527,8 @@ class PlanReport(_Frozen):
         workspace: WorkspaceSummary | None = None,
         checks: CheckRuns = (),
         error: ErrorInfo | None = None,
+        log: tuple[LogEntry, ...] = (),
+        log_omitted: int = 0,
     ) -> PlanReport:
         """The only way reports are made: counts, totals and status derive from results
         (and a failed plan-level check, ``error``)."""
@@ -551,4 +559,6 @@ class PlanReport(_Frozen):
             workspace=workspace,
             checks=checks,
             error=error,
+            log=log,
+            log_omitted=log_omitted,
         )

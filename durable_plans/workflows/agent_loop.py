@@ -629,6 +629,7 @@ class AgentLoop:
             approval=self.approval,
             mcp_tools=self.mcp_servers,
             workspace=subagent_start(tree, child_id, prep.agent) if tree is not None else None,
+            report_to=self.approvals.report_to if self.approvals is not None else "",
         )
         child_workflow_id = spawned_workflow_id(workflow.info().workflow_id, child_id)
         if self.approvals is not None:  # where `dplan approvals` looks for its calls

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.approval_rules import (
@@ -44,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         DescribeCallOutput,
     )
     from durable_plans.domain.failures import FailureType, application_error
+    from durable_plans.domain.plan_log import LOG_SIGNAL, LogEntry
 
 from durable_plans.workflows.store_ops import store_op
 
@@ -58,6 +60,9 @@ class ApprovalDesk:
     pending: dict[str, PendingApproval] = field(default_factory=dict)
     decided: dict[str, ApprovalDecision] = field(default_factory=dict)
     children: list[str] = field(default_factory=list)  # running spawned sub-agents
+    # The plan workflow told of every decision here, for its log; empty: none (a
+    # conversation, or a sub-agent a conversation spawned).
+    report_to: str = ""
 
     def snapshot(self) -> WorkflowApprovals:
         return WorkflowApprovals(
@@ -120,6 +125,7 @@ class ApprovalDesk:
             self.pending.pop(call_id, None)
             self._show()
         decision = self.decided[call_id]
+        await self._tell_plan(decision)
         if not decision.approved:
             await store_op(
                 ACT_ANSWER_CALL,
@@ -134,6 +140,30 @@ class ApprovalDesk:
                 summary=f"{described.tool} rejected by {decision.who}"[:200],
             )
         return decision
+
+    async def _tell_plan(self, decision: ApprovalDecision) -> None:
+        """Send the decision to the plan's log (``domain/plan_log.py``). A plan that has
+        ended cannot take it; the decision stands all the same, in this workflow."""
+        if not self.report_to:
+            return
+        path = workflow.info().workflow_id.removeprefix(self.report_to + "/")
+        detail = decision.tool
+        if decision.arguments is not None:
+            detail += " with replaced arguments"
+        if decision.reason:
+            detail += f": {decision.reason}"
+        entry = LogEntry.of(
+            workflow.now().timestamp(),
+            "approved" if decision.approved else "rejected",
+            by=decision.who,
+            subtask=path.partition("/")[0],
+            call=f"{path}:{decision.call_id}",
+            detail=detail,
+        )
+        try:
+            await workflow.get_external_workflow_handle(self.report_to).signal(LOG_SIGNAL, entry)
+        except FailureError as err:
+            workflow.logger.warning("the plan's log did not take a decision: %s", err)
 
     def _show(self) -> None:
         """Temporal Web's "current details": what this workflow waits for, if anything."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -46,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         merged_budget,
         paused_problem,
     )
+    from durable_plans.domain.plan_log import LogEntry, PlanLog
 
 __all__ = ["PauseDesk", "PauseHandlers", "refused"]
 
@@ -74,6 +76,8 @@ class PauseDesk:
     spent: Callable[[], Usage] = Usage
     since: dict[str, float] = field(default_factory=dict)  # paused subtask → when
     timers: list[asyncio.Task[None]] = field(default_factory=list)
+    # The plan's log of decisions (PlanWorkflow's, shared): pauses and what ended them.
+    log: PlanLog = field(default_factory=PlanLog)
 
     def open(
         self,
@@ -123,13 +127,23 @@ class PauseDesk:
             return
         error = result.error
         out_of_budget = error is not None and error.type == FailureType.BUDGET_EXCEEDED
+        why = f"{error.type}: {error.message}" if error is not None else ""
+        now = workflow.now().timestamp()
         if out_of_budget and ran_with != self.budget:
             self._resume(result.id)
+            self.log.add(
+                LogEntry.of(
+                    now,
+                    "resumed",
+                    subtask=result.id,
+                    detail=f"at once: the budget was raised after it started ({why})",
+                )
+            )
             return
         self.results[result.id] = result.model_copy(update={"status": SubtaskStatus.PAUSED})
-        since = workflow.now().timestamp()
-        self.since[result.id] = since
-        self._watch(result.id, since)
+        self.since[result.id] = now
+        self._watch(result.id, now)
+        self.log.add(LogEntry.of(now, "paused", subtask=result.id, detail=why))
 
     def cancel_all(self) -> None:
         """The plan was cancelled: every paused subtask ends cancelled, saying why."""
@@ -172,12 +186,14 @@ class PauseDesk:
 
     def resume(self, request: SubtaskRequest) -> str:
         self._resume(request.subtask)
+        self._logged("resumed", request, subtask=request.subtask)
         workflow.logger.info("subtask %s resumed by %s", request.subtask, request.by or "?")
         return f"subtask {request.subtask!r} resumed"
 
     def skip(self, request: SubtaskRequest) -> str:
         who = f" by {request.by}" if request.by else ""
         self._fail(request.subtask, f"skipped{who} while paused")
+        self._logged("skipped", request, subtask=request.subtask)
         workflow.logger.info("subtask %s skipped by %s", request.subtask, request.by or "?")
         return f"subtask {request.subtask!r} failed for good; its dependents are skipped"
 
@@ -192,9 +208,29 @@ class PauseDesk:
         ]
         for sid in resumed:
             self._resume(sid)
+        limits = []
+        if request.max_tokens is not None:
+            limits.append(f"max_tokens {request.max_tokens:,}")
+        if request.max_cost_usd is not None:
+            limits.append(f"max_cost_usd ${request.max_cost_usd:g}")
+        detail = ", ".join(limits)
+        if resumed:
+            detail += f"; resumed {', '.join(resumed)}"
+        self._logged("budget", request, detail=detail)
         self.wake()
         workflow.logger.info("budget set to %s by %s", self.budget, request.by or "?")
         return resumed
+
+    def _logged(
+        self,
+        kind: Literal["resumed", "skipped", "budget"],
+        request: SubtaskRequest | BudgetRequest,
+        *,
+        subtask: str = "",
+        detail: str = "",
+    ) -> None:
+        now = workflow.now().timestamp()
+        self.log.add(LogEntry.of(now, kind, by=request.by, subtask=subtask, detail=detail))
 
     # ------------------------------------------------------------------ changes
 
@@ -245,7 +281,10 @@ class PauseDesk:
             return
         plan = self.plan
         assert plan is not None
-        self._fail(sid, f"paused longer than pause_timeout_s={plan.pause_timeout_s:g}")
+        why = f"paused longer than pause_timeout_s={plan.pause_timeout_s:g}"
+        self._fail(sid, why)
+        now = workflow.now().timestamp()
+        self.log.add(LogEntry.of(now, "timed_out", by="timeout", subtask=sid, detail=why))
 
 
 class PauseHandlers:

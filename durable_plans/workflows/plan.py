@@ -97,6 +97,7 @@ with workflow.unsafe.imports_passed_through():
         unpack,
     )
     from durable_plans.domain.plan_loader import MAX_PLAN_BYTES, validate_plan
+    from durable_plans.domain.plan_log import LOG_SIGNAL, LogEntry, PlanLog, cancel_entry
     from durable_plans.domain.problems import explain_error
     from durable_plans.domain.scheduling import (
         DEAD_STATUSES,
@@ -225,7 +226,11 @@ class PlanWorkflow(PauseHandlers):
         self._llm_local = False
         # Subtasks held for an operator (``on_failure: pause``), the operators' Updates on
         # them, and the budget those may raise.
-        self.pause_desk = PauseDesk(wake=self._wake, spent=lambda: self._progress_report().usage)
+        # The decisions taken on the plan, with who and when (``domain/plan_log.py``).
+        self._log = PlanLog()
+        self.pause_desk = PauseDesk(
+            wake=self._wake, spent=lambda: self._progress_report().usage, log=self._log
+        )
         # The workspace kept in git: the base commit every tree starts from, and what the
         # plan published when it ended.
         self._base: str | None = None
@@ -271,6 +276,11 @@ class PlanWorkflow(PauseHandlers):
         return frontier
 
     # ------------------------------------------------------------------ queries
+
+    @workflow.signal(name=LOG_SIGNAL)
+    def log_decision(self, entry: LogEntry) -> None:
+        """A subtask's (or its sub-agent's) approval decision, for the plan's log."""
+        self._log.add(entry)
 
     @workflow.query
     def status(self) -> PlanReport:
@@ -319,6 +329,8 @@ class PlanWorkflow(PauseHandlers):
             workspace=self._workspace_summary(),
             checks=tuple(self._plan_checks),
             error=self._check_error,
+            log=self._log.entries,
+            log_omitted=self._log.omitted,
         )
 
     def _progress_report(self) -> PlanReport:
@@ -390,6 +402,8 @@ class PlanWorkflow(PauseHandlers):
             workspace_base=self._base,
             mcp_tools=self._mcp_tools,
             plan_data=inp.plan_data,
+            log=self._log.entries,
+            log_omitted=self._log.omitted,
         )
 
     def _continued(self, inp: PlanInput) -> PlanInput:
@@ -585,6 +599,7 @@ class PlanWorkflow(PauseHandlers):
         self._merged_ids = set(self._merged)
         self._branches = dict(inp.branches)
         self._prior = {r.id: r for r in inp.prior}
+        self._log.carry_in(inp.log, inp.log_omitted)
         pauses = self.pause_desk
         pauses.open(
             plan,
@@ -612,6 +627,8 @@ class PlanWorkflow(PauseHandlers):
             self._base = inp.workspace_base or await open_base(plan)
             carried_over = await self._drive(plan, inp)
         except asyncio.CancelledError:
+            now = workflow.now().timestamp()
+            self._log.add(cancel_entry(now, workflow.cancellation_reason()))
             await self._cancel_everything(plan)
             await self._publish(plan)
             self._visibility.end(self._report(), PlanStatus.CANCELLED)
@@ -855,6 +872,7 @@ class PlanWorkflow(PauseHandlers):
             workspace=self._workspace_start(plan, sid, retries),
             plan_data=inp.plan_data,
             check_rounds=plan.check_rounds,
+            report_to=workflow.info().workflow_id,
         )
         self._running[sid] = asyncio.create_task(self._run_child(plan, sid, child_input))
 

@@ -115,6 +115,7 @@ class SubtaskWorkflow(ApprovalHandlers):
             mcp_servers=inp.mcp_tools,
         )
         self.approval_desk.subtask = sub.id
+        self.approval_desk.report_to = inp.report_to
         self._loop = loop
         # Its checks: its own, else its agent's (``domain/checks.py``); a spawned sub-agent
         # (depth > 0) is not gated by its agent's: its parent's checks judge the result.

@@ -153,6 +153,19 @@ async def test_approve_reject_edit_and_two_operators_at_once(harness: Harness) -
         tool_answers(await subtask_messages(harness.store, report, "race"))[0].content or ""
     )
     assert ("README.md" in race_answer) is won[0].approved
+    # The plan's log has each decision once, the winner's alone for the race.
+    log = {e.call: e for e in report.log}
+    assert sorted(log) == ["edit:0.0", "no:0.0", "ok:0.0", "race:0.0"], report.log
+    assert [(log[c].kind, log[c].by, log[c].subtask) for c in ("ok:0.0", "no:0.0")] == [
+        ("approved", "alice", "ok"),
+        ("rejected", "bob", "no"),
+    ]
+    assert log["no:0.0"].detail == "list_dir: not now"
+    assert (
+        log["edit:0.0"].detail == "list_dir with replaced arguments"
+        and log["edit:0.0"].by == "carol"
+    )
+    assert (log["race:0.0"].by, log["race:0.0"].kind == "approved") == (won[0].who, won[0].approved)
 
     # The workflow keeps who decided what and when; a decided call cannot be decided again.
     snap = await harness.client.get_workflow_handle(f"{plan.id}/no").query(
@@ -183,6 +196,7 @@ async def test_no_decision_within_the_timeout_rejects_the_call(harness: Harness)
         QUERY_APPROVALS, result_type=WorkflowApprovals
     )
     assert [(d.approved, d.who) for d in snap.decided] == [(False, TIMEOUT_WHO)]
+    assert [(e.kind, e.by, e.call) for e in report.log] == [("rejected", TIMEOUT_WHO, "slow:0.0")]
     with pytest.raises(Refused):
         await decide(harness.client, plan.id, "slow:0.0", approve=True, who="late")
     await assert_replays(harness.client, [plan.id, f"{plan.id}/slow"])

@@ -156,6 +156,16 @@ async def test_pause_skip_and_retry(plans: Client) -> None:
     assert final.status is PlanStatus.CANCELLED
     kept = {r.id: r for r in final.subtasks}["a"]
     assert kept.status is SubtaskStatus.COMPLETED
+    # Both runs' decisions, in order, with who took each: the retry carried the first's.
+    assert [(e.kind, e.subtask, e.by) for e in final.log] == [
+        ("paused", "bad", ""),
+        ("skipped", "bad", "alice@test"),
+        ("retried", "", "alice@test"),
+        ("paused", "bad", ""),
+        ("cancelled", "", "alice@test"),
+    ]
+    assert final.log[2].detail == "runs again: bad, after"
+    assert [e.at_s for e in final.log] == sorted(e.at_s for e in final.log)
     # Both runs (the first and the retry), with their pause, skip and cancel, replay.
     replayer = make_replayer()
     runs = [e async for e in plans.temporal.list_workflows(f'WorkflowId = "{plan.id}"')]

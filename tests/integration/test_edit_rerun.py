@@ -10,6 +10,7 @@ paid twice.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -143,7 +144,13 @@ async def test_edit_and_rerun_a_failed_subtask_from_the_cli(
     assert edits[0].at  # when
     # ... which dplan status says under the report.
     assert await status_command(plan_id, json_output=False, settings=rig.settings) == 0
-    assert f"edited: b (description, model) by {OPERATOR} at " in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert re.search(
+        rf"\n  20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC edited b by {re.escape(OPERATOR)}: "
+        r"changed description, model\n",
+        said,
+    ), said
+    assert [e.kind for e in report.log][-2:] == ["retried", "edited"], report.log
 
 
 async def test_edit_a_completed_subtask_through_the_client(rig: Rig) -> None:

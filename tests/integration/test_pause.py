@@ -167,6 +167,9 @@ async def test_pause_survives_sigkill_and_continue_as_new_then_resume_completes(
         assert final.status is PlanStatus.COMPLETED
         rows = by_id(final)
         assert rows["c"].retries == 1 and rows["c"].llm_calls == 1 + TURNS
+        # The log came through the kill and every continue-as-new: the pause, who resumed.
+        assert [(e.kind, e.subtask) for e in final.log] == [("paused", "c"), ("resumed", "c")]
+        assert final.log[0].detail.startswith("Authentication: ") and final.log[1].by
         assert {k: after[k] - before[k] for k in after} == {
             "task-a": 0,
             "task-c": TURNS,
@@ -220,6 +223,11 @@ async def test_operator_requests_are_validated(
     assert rows["c"].error is not None and "skipped by ops@test" in rows["c"].error.message
     assert rows["d"].status is SubtaskStatus.SKIPPED
     assert report.counts.completed == 2
+    # Refused requests leave no trace in the log; the pause and the skip do.
+    assert [(e.kind, e.subtask, e.by) for e in report.log] == [
+        ("paused", "c", ""),
+        ("skipped", "c", "ops@test"),
+    ]
     # A finished plan takes no more decisions.
     assert "is not running" in await refused("resume", "c")
 
@@ -253,6 +261,10 @@ async def test_budget_pause_then_raise_completes(
     final = await handle.result()
     assert final.status is PlanStatus.COMPLETED
     assert by_id(final)["a"].retries == 1
+    assert [(e.kind, e.detail) for e in final.log] == [
+        ("paused", f"BudgetExceeded: {error.message}"),
+        ("budget", "max_tokens 1,000,000; resumed a"),
+    ]
     # One answer before the refusal, then the fresh attempt's two.
     assert rig.gate.count("task-a") == {"task-a": 1 + TURNS}
 
@@ -277,6 +289,10 @@ async def test_cancelling_a_paused_plan_cancels_the_paused_subtask_saying_why(ri
     described = await rig.client.get_workflow_handle(plan.id).describe()
     assert described.typed_search_attributes.get(sa.STATUS) == "cancelled"
     assert sa.PAUSED_MEMO not in await described.memo()
+    # A cancel request from outside dplan (no reason given) is logged as such.
+    assert [(e.kind, e.by, e.detail) for e in report.log][1:] == [
+        ("cancelled", "", "a cancel request without a reason")
+    ]
 
 
 @pytest.mark.parametrize("per_run", [None, 1], ids=["one-run", "continued-as-new"])
@@ -294,6 +310,10 @@ async def test_pause_timeout_fails_the_subtask(rig: Rig, per_run: int | None) ->
     assert rows["c"].error is not None and "pause_timeout_s=2" in rows["c"].error.message
     assert rows["d"].status is SubtaskStatus.SKIPPED
     assert rows["e"].status is SubtaskStatus.COMPLETED
+    assert [(e.kind, e.subtask, e.by) for e in report.log] == [
+        ("paused", "c", ""),
+        ("timed_out", "c", "timeout"),
+    ]
 
 
 async def test_paused_plan_survives_a_server_restart(
