@@ -471,8 +471,9 @@ class PlanReport(_Frozen):
 
     def running_for(self, now_s: float) -> PlanReport:
         """This report with the duration up to ``now_s`` while the plan is still open
-        (running or paused); an ended plan's duration is final."""
-        if self.status not in (PlanStatus.RUNNING, PlanStatus.PAUSED) or not self.started_at_s:
+        (a subtask pending, running or paused: a failed plan's other subtasks may still
+        run); an ended plan's duration is final."""
+        if self.finished or not self.started_at_s:
             return self
         live = round(max(self.duration_s, now_s - self.started_at_s), 3)
         return self.model_copy(update={"duration_s": live})

@@ -23,6 +23,8 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat
 
+from durable_plans.domain.secrets import scrub_secrets
+
 __all__ = [
     "CANCEL_REASON_PREFIX",
     "LOG_SIGNAL",
@@ -83,7 +85,9 @@ class LogEntry(BaseModel):
         call: str = "",
         detail: str = "",
     ) -> LogEntry:
-        """An entry, its free text cut to fit (an error message can be long)."""
+        """An entry, its free text scrubbed of secrets (a rejection's reason is anybody's
+        text) and cut to fit (an error message can be long)."""
+        detail = scrub_secrets(detail)
         if len(detail) > _MAX_DETAIL:
             detail = detail[: _MAX_DETAIL - 1] + "…"
         return cls(at_s=at_s, kind=kind, by=by[:200], subtask=subtask, call=call, detail=detail)

@@ -102,6 +102,9 @@ def report_json(report: PlanReport) -> dict[str, Any]:
             if report.error is not None
             else None
         ),
+        # Newest first: what an operator reads first is what was decided last.
+        "log": [entry.model_dump(mode="json") for entry in reversed(report.log)],
+        "log_omitted": report.log_omitted,
     }
 
 

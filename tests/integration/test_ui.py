@@ -342,9 +342,20 @@ async def test_a_waiting_tool_call_is_decided_from_the_page(
             timeout_s=WAIT_S,
         )
         flash = await cdp.evaluate("document.getElementById('flash').textContent")
+        # The decision is on record in the plan's log view.
+        await click(cdp, '#toolbar .tab[data-view="log"]')
+        logged = await cdp.wait_for(
+            "(() => { const r = document.querySelector('#log-table tbody tr'); "
+            "return r && [r.dataset.kind, "
+            "...[...r.cells].slice(2).map((c) => c.textContent)]; })()",
+            timeout_s=WAIT_S,
+        )
 
     assert report.status is PlanStatus.COMPLETED
     who = default_operator()  # recorded as the CLI records it (--by's default)
+    kind = "rejected" if decision == "reject" else "approved"
+    assert logged[:3] == [kind, "look:0.0", who], logged
+    assert [(e.kind, e.by) for e in report.log] == [(kind, who)]
     said = {
         "approve": "approved",
         "edit": "approved with edited arguments",
@@ -364,6 +375,111 @@ async def test_a_waiting_tool_call_is_decided_from_the_page(
     else:
         assert snap.decided[0].reason == "not in this sandbox"
         assert "not in this sandbox" in answer
+
+
+# --------------------------------------------------------------------------- the log
+
+
+async def log_kinds_until(client: PlansClient, plan_id: str, want: list[str]) -> PlanReport:
+    """The plan's report once its log's kinds are ``want`` (bounded in time)."""
+    deadline = time.monotonic() + WAIT_S
+    kinds: list[str] = []
+    while time.monotonic() < deadline:
+        report = await client.status(plan_id)
+        kinds = [e.kind for e in report.log]
+        if kinds == want:
+            return report
+        assert kinds == want[: len(kinds)], kinds  # never an entry it should not have
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the log says {kinds}, not {want}")
+
+
+async def flashed(cdp: Cdp, words: str) -> None:
+    """Wait until the page's message says ``words`` (the answer to the last action)."""
+    await cdp.wait_for(
+        f"document.getElementById('flash').textContent.includes({json.dumps(words)})",
+        timeout_s=WAIT_S,
+    )
+
+
+async def test_the_log_lists_every_decision_taken_from_the_page(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """Resume, skip, budget, cancel and retry, each clicked on the page: the log view lists
+    each (and the pauses between), with who and when, as ``dplan status --json`` does."""
+    assert isinstance(harness.provider, GatedProvider)
+    held = harness.provider.gate("hold", 99, first_call_of("Wait here"))
+    plan = make_plan(
+        [("bad", "Break it [fail:400]", []), ("dep", "After", ["bad"]), ("slow", "Wait here", [])],
+        prefix="ui-log",
+    ).model_copy(update={"on_failure": "pause"})
+    await harness.start(plan)
+    client = PlansClient(harness.client, harness.settings)
+    who = default_operator()
+    panel_paused = (
+        "document.getElementById('panel').dataset.status === 'paused' && "
+        "document.querySelector('#panel button[data-action=\"{}\"]') !== null"
+    )
+    try:
+        async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
+            await open_page(cdp, f"{ui.url}#/plan/{plan.id}/bad")
+            await cdp.evaluate("window.confirm = () => true")  # the cancel's question
+            await log_kinds_until(client, plan.id, ["paused"])
+            await cdp.wait_for(panel_paused.format("resume"), timeout_s=WAIT_S)
+            await click(cdp, '#panel button[data-action="resume"]')
+            # [fail:400] fails again: paused again, then skipped for good.
+            await log_kinds_until(client, plan.id, ["paused", "resumed", "paused"])
+            await cdp.wait_for(panel_paused.format("skip"), timeout_s=WAIT_S)
+            await click(cdp, '#panel button[data-action="skip"]')
+            await log_kinds_until(client, plan.id, ["paused", "resumed", "paused", "skipped"])
+            await set_value(cdp, '#plan-controls input[name="max_tokens"]', "1000000000")
+            await click(cdp, '#plan-controls button[data-action="budget"]')
+            await flashed(cdp, "budget set")
+            await log_kinds_until(
+                client, plan.id, ["paused", "resumed", "paused", "skipped", "budget"]
+            )
+            await click(cdp, '#plan-controls button[data-action="cancel"]')
+            await flashed(cdp, "asked to stop")
+            held.release()  # the held call answers; the plan is already asked to stop
+            await cdp.wait_for(
+                "document.querySelector('#plan-controls button[data-action=\"retry\"]') !== null",
+                timeout_s=WAIT_S,
+            )
+            await click(cdp, '#plan-controls button[data-action="retry"]')
+            await flashed(cdp, "retrying: bad, dep, slow")
+            want = ["paused", "resumed", "paused", "skipped", "budget", "cancelled", "retried"]
+            report = await log_kinds_until(client, plan.id, [*want, "paused"])
+
+            await click(cdp, '#toolbar .tab[data-view="log"]')
+            rows_js = (
+                "[...document.querySelectorAll('#log-table tbody tr')].map((tr) => "
+                "[tr.dataset.kind, ...[...tr.cells].slice(2).map((c) => c.textContent)])"
+            )
+            await cdp.wait_for(f"{rows_js}.length === {len(report.log)}", timeout_s=WAIT_S)
+            shown = await cdp.evaluate(rows_js)
+            await cdp.screenshot(tmp_path / "ui-log.png")
+    finally:
+        held.release()
+        with contextlib.suppress(Exception):
+            await client.cancel(plan.id)
+
+    # Newest first, each as the report has it; the people's decisions are the operator's.
+    expected = [
+        [
+            e.kind,
+            e.call or e.subtask,
+            e.by or ("the plan (on_failure: pause)" if e.kind == "paused" else ""),
+            e.detail,
+        ]
+        for e in reversed(report.log)
+    ]
+    assert shown == expected
+    assert {e.by for e in report.log if e.kind != "paused"} == {who}
+    assert [e.subtask for e in report.log if e.kind in ("paused", "resumed", "skipped")] == [
+        "bad"
+    ] * 5
+    budget = next(e for e in report.log if e.kind == "budget")
+    assert budget.detail == "max_tokens 1,000,000,000"
 
 
 # --------------------------------------------------------------------------- edit and re-run

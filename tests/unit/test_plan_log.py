@@ -49,9 +49,13 @@ def test_a_cancel_names_who_asked_or_says_it_cannot() -> None:
     assert cancel_entry(10.0, "  ").detail == "a cancel request without a reason"
 
 
-def test_long_details_are_cut_and_unknown_kinds_refused() -> None:
+def test_details_are_scrubbed_and_cut_and_unknown_kinds_refused() -> None:
     long = LogEntry.of(1.0, "paused", detail="x" * 2000)
     assert len(long.detail) == 500 and long.detail.endswith("…")
+    # A reason is anybody's text: a key pasted into it never reaches the log.
+    key = "sk-proj-" + "abcdefghijklmnopqrstuvwxyz0123"
+    pasted = LogEntry.of(1.0, "rejected", detail=f"list_dir: uses {key}")
+    assert key not in pasted.detail and "[REDACTED:" in pasted.detail
     with pytest.raises(ValidationError):
         LogEntry.model_validate({"at_s": 1.0, "kind": "deleted"})
 

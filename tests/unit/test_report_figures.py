@@ -53,5 +53,21 @@ def test_an_open_plans_duration_runs_from_its_start() -> None:
         "p", [row("a", SubtaskStatus.COMPLETED)], duration_s=7.0, started_at_s=1_000.0
     )
     assert ended.running_for(5_000.0).duration_s == 7.0
+    # Failed, but another subtask still runs: the plan is open, its clock too.
+    failing = PlanReport.build(
+        "p",
+        [row("a", SubtaskStatus.FAILED), row("b", SubtaskStatus.RUNNING)],
+        duration_s=1.0,
+        started_at_s=1_000.0,
+    )
+    assert failing.status is PlanStatus.FAILED
+    assert failing.running_for(1_030.0).duration_s == 30.0
+    done = PlanReport.build(
+        "p",
+        [row("a", SubtaskStatus.FAILED), row("b", SubtaskStatus.SKIPPED)],
+        duration_s=4.0,
+        started_at_s=1_000.0,
+    )
+    assert done.running_for(5_000.0).duration_s == 4.0
     unknown = PlanReport.build("p", [row("a", SubtaskStatus.RUNNING)], duration_s=2.0)
     assert unknown.running_for(5_000.0).duration_s == 2.0

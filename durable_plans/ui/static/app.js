@@ -151,7 +151,7 @@
     durationNow() {
       const r = this.report;
       if (!r) return 0;
-      const open = r.status === "running" || r.status === "paused";
+      const open = G.planOpen(r);
       return r.duration_s + (open ? (Date.now() - this.reportAt) / 1000 : 0);
     }
 
@@ -200,8 +200,9 @@
       document.title = `${G.icon(status)} ${p.id} · dplan`;
       this.paintTotals();
       this.paintFailure();
+      if (this.viewName === "log") this.paintLog();
       clearInterval(this.clock);
-      if (r && (r.status === "running" || r.status === "paused")) {
+      if (G.planOpen(r)) {
         this.clock = setInterval(() => this.paintTotals(), 1000);
       }
       $("legend").textContent = "○ pending ▶ running ✓ completed ✗ failed ↷ skipped ⊘ cancelled ‖ paused · purple: critical path" +
@@ -213,7 +214,7 @@
       const box = $("plan-controls");
       box.replaceChildren();
       const status = this.report ? this.report.status : null;
-      if (status === "running" || status === "paused") {
+      if (G.planOpen(this.report)) {
         const tokens = P.h("input", { type: "number", min: "0", placeholder: "max tokens", name: "max_tokens" });
         const cost = P.h("input", { type: "number", min: "0", step: "0.01", placeholder: "max $", name: "max_cost_usd" });
         const num = (i) => (i.value.trim() === "" ? null : Number(i.value));
@@ -300,6 +301,16 @@
     redraw() {
       this.graph.render();
       if (this.viewName === "timeline") this.graph.renderTimeline($("timeline"));
+      if (this.viewName === "log") this.paintLog();
+    }
+
+    /* The log view, drawn again only when the log changed (a link being hovered stays). */
+    paintLog() {
+      const log = this.report ? this.report.log || [] : [];
+      const key = JSON.stringify([log.length, log[0] && log[0].at_s, this.report && this.report.log_omitted]);
+      if (key === this.logKey) return;
+      this.logKey = key;
+      window.DplanLog.showLog(this, $("log"));
     }
 
     soonApprovals() {
@@ -309,7 +320,7 @@
 
     async refreshApprovals() {
       try {
-        const calls = this.report && (this.report.status === "running" || this.report.status === "paused")
+        const calls = G.planOpen(this.report)
           ? await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId) + "/approvals") : [];
         if (!this.gone) P.showApprovals(this, calls);
       } catch (err) { if (!this.gone) P.showApprovals(this, []); }
@@ -398,7 +409,9 @@
     document.querySelectorAll("#toolbar .tab").forEach((b) => b.classList.toggle("active", b.dataset.view === name));
     $("graph").style.display = name === "graph" ? "" : "none";
     $("timeline").hidden = name !== "timeline";
+    $("log").hidden = name !== "log";
     clearInterval(page.timelineTimer);
+    if (name === "log") { page.logKey = null; page.paintLog(); }
     if (name === "timeline") {
       page.graph.renderTimeline($("timeline"));
       // Visibility lags a little behind the plan: read it again while it is shown.
@@ -432,6 +445,7 @@
     document.body.dataset.rendered = "";
     $("viewport").replaceChildren();
     $("timeline").replaceChildren();
+    $("log").replaceChildren();
   }
 
   async function route() {

@@ -31,6 +31,15 @@
     if (m < 60) return m + "m" + String(Math.floor(s % 60)).padStart(2, "0") + "s";
     return Math.floor(m / 60) + "h" + String(m % 60).padStart(2, "0") + "m";
   }
+  /* Whether the plan's workflow still runs: a status of running or paused, or a failed
+   * plan whose other subtasks still run (it fails once they end; until then it can be
+   * cancelled, its budget raised, its calls decided, and its clock runs). */
+  function planOpen(report) {
+    if (!report) return false;
+    const c = report.counts || {};
+    return report.status === "running" || report.status === "paused" ||
+      Boolean(c.pending || c.running || c.paused);
+  }
   function fmtTokens(n) { return n ? n.toLocaleString("en-US") + " tok" : "0 tok"; }
   function fmtCost(c) { return "$" + (c || 0).toFixed(4); }
 
@@ -719,5 +728,5 @@
     }
   }
 
-  window.DplanGraph = { PlanGraph, icon, fmtDuration, fmtTokens, fmtCost, criticalPath, layersOf };
+  window.DplanGraph = { PlanGraph, icon, planOpen, fmtDuration, fmtTokens, fmtCost, criticalPath, layersOf };
 })();

@@ -65,8 +65,7 @@
   function controls(page, sid, def, result) {
     const box = h("div", { id: "subtask-controls" });
     const status = result ? result.status : "pending";
-    const planStatus = page.report ? page.report.status : "running";
-    const planOpen = planStatus === "running" || planStatus === "paused";
+    const planOpen = !page.report || G().planOpen(page.report);
     if (status === "paused") {
       box.append(
         h("button", { type: "button", class: "primary", data: { action: "resume" }, onclick: () => page.act("resume", { subtask: sid }) }, "resume"),
