@@ -24,7 +24,7 @@ from durable_plans.domain.models import (
     Usage,
 )
 from durable_plans.domain.plan_data import PackedPlan, PlanDataRef
-from durable_plans.domain.plan_log import LogEntry
+from durable_plans.domain.plan_log import LogEntries
 from durable_plans.domain.tools_config import McpServerTools, ToolSchema
 from durable_plans.domain.workspace_refs import WorkspaceRef, WorkspaceStart
 
@@ -394,7 +394,7 @@ class PlanInput(_Payload):
     # The plan's log of decisions so far (``domain/plan_log.py``), and how many older
     # entries it dropped: carried by continue-as-new, and by ``dplan retry`` with the
     # retry's own entries added.
-    log: tuple[LogEntry, ...] = ()
+    log: LogEntries = ()
     log_omitted: int = Field(default=0, ge=0)
 
 

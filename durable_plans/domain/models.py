@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 
 from durable_plans.domain.approval_rules import ApprovalPolicy
 from durable_plans.domain.checks import MAX_CHECK_ROUNDS, CheckCommands, CheckRuns
-from durable_plans.domain.plan_log import LogEntry
+from durable_plans.domain.plan_log import LogEntries, LogEntry
 from durable_plans.domain.workspace_refs import WorkspaceSummary
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -466,7 +466,7 @@ class PlanReport(_Frozen):
     # The decisions taken on the plan, oldest first (``domain/plan_log.py``): pauses,
     # resumes, skips, budgets, approvals, rejections, cancels, retries and edits, each
     # with who and when; ``log_omitted`` older ones were dropped to keep it small.
-    log: tuple[LogEntry, ...] = ()
+    log: LogEntries = ()
     log_omitted: NonNegativeInt = 0
 
     def running_for(self, now_s: float) -> PlanReport:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat
 
 from durable_plans.domain.secrets import scrub_secrets
 
@@ -29,6 +29,7 @@ __all__ = [
     "CANCEL_REASON_PREFIX",
     "LOG_SIGNAL",
     "MAX_LOG_ENTRIES",
+    "LogEntries",
     "LogEntry",
     "LogKind",
     "PlanLog",
@@ -91,6 +92,14 @@ class LogEntry(BaseModel):
         if len(detail) > _MAX_DETAIL:
             detail = detail[: _MAX_DETAIL - 1] + "…"
         return cls(at_s=at_s, kind=kind, by=by[:200], subtask=subtask, call=call, detail=detail)
+
+
+def _none_is_empty(value: object) -> object:
+    return () if value is None else value
+
+
+LogEntries = Annotated[tuple[LogEntry, ...], BeforeValidator(_none_is_empty)]
+"""A log's entries, oldest first; empty (or null, as Temporal's CLI shows an empty list)."""
 
 
 def cancel_reason(operator: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -79,3 +81,6 @@ def test_reports_and_inputs_carry_the_log_through_their_wire_form() -> None:
     assert again.log == entries and again.log_omitted == 4
     inp = PlanInput(plan=plan, log=entries, log_omitted=4)
     assert PlanInput.model_validate_json(inp.model_dump_json()).log == entries
+    # Temporal's CLI prints an empty list as null: a report read back from it still reads.
+    shown = json.loads(PlanReport.build("p", []).model_dump_json()) | {"log": None}
+    assert PlanReport.model_validate(shown).log == ()

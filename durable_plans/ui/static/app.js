@@ -210,11 +210,17 @@
       this.paintControls();
     }
 
+    /* Drawn again only when what the plan allows changed: a limit being typed stays
+     * while events redraw the header around it. */
     paintControls() {
       const box = $("plan-controls");
-      box.replaceChildren();
       const status = this.report ? this.report.status : null;
-      if (G.planOpen(this.report)) {
+      const open = G.planOpen(this.report);
+      const mode = open ? "open" : status && status !== "completed" ? "ended" : "none";
+      if (box.dataset.mode === mode) return;
+      box.dataset.mode = mode;
+      box.replaceChildren();
+      if (open) {
         const tokens = P.h("input", { type: "number", min: "0", placeholder: "max tokens", name: "max_tokens" });
         const cost = P.h("input", { type: "number", min: "0", step: "0.01", placeholder: "max $", name: "max_cost_usd" });
         const num = (i) => (i.value.trim() === "" ? null : Number(i.value));
@@ -435,6 +441,7 @@
     $("plan-failure").hidden = true;
     $("plan-failure").replaceChildren();
     $("plan-controls").replaceChildren();
+    delete $("plan-controls").dataset.mode;
     $("plan-temporal").removeAttribute("href");
     $("approvals").hidden = true;
     $("approvals").replaceChildren();
