@@ -59,13 +59,10 @@ async def plan_runs(client: Client, plan_id: str) -> list[PlanRun]:
     for execution in ordered:
         first = _first_run_of(execution)
         previous = chains[-1][-1] if chains else None
-        continues = (
-            previous is not None
-            and (
-                first == (_first_run_of(chains[-1][0]) or chains[-1][0].run_id)
-                if first
-                else previous.status == WorkflowExecutionStatus.CONTINUED_AS_NEW
-            )
+        continues = previous is not None and (
+            first == (_first_run_of(chains[-1][0]) or chains[-1][0].run_id)
+            if first
+            else previous.status == WorkflowExecutionStatus.CONTINUED_AS_NEW
         )
         if continues:
             chains[-1].append(execution)
