@@ -85,9 +85,14 @@ class TemporalUnreachable(DurablePlansError):
 
 
 class PlanNotFound(DurablePlansError):
-    def __init__(self, plan_id: str, namespace: str) -> None:
-        super().__init__(f"no plan with id '{plan_id}' in namespace '{namespace}'")
+    def __init__(self, plan_id: str, namespace: str, *, run: str | None = None) -> None:
+        if run:
+            said = f"plan '{plan_id}' has no run '{run}' in namespace '{namespace}'"
+        else:
+            said = f"no plan with id '{plan_id}' in namespace '{namespace}'"
+        super().__init__(said)
         self.plan_id = plan_id
+        self.run = run
 
 
 class PlanAlreadyRunning(DurablePlansError):

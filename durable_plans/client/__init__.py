@@ -31,6 +31,7 @@ from durable_plans.client._conversations import Conversation, check_session_id, 
 from durable_plans.client._live import PlanWatch, SubtaskNow
 from durable_plans.client._operate import check_changes
 from durable_plans.client._plans import PlanRun
+from durable_plans.client._runs import RunSummary
 from durable_plans.client._visibility import PlanSummary
 from durable_plans.client._watch import (
     ApprovalWaiting,
@@ -63,6 +64,7 @@ __all__ = [
     "PlanTrees",
     "PlanWatch",
     "Refused",
+    "RunSummary",
     "SearchAttributesUnavailable",
     "SessionCommandError",
     "SessionEnded",

@@ -62,6 +62,7 @@ from durable_plans.client._plans import (
     wait_for_report,
     worker_count,
 )
+from durable_plans.client._runs import RunSummary, plan_runs
 from durable_plans.client._visibility import PlanSummary, list_plans
 from durable_plans.client._watch import PlanEvent, watch_plan
 from durable_plans.domain.agents import AgentCatalog
@@ -201,13 +202,23 @@ class Client:
         return valid.id
 
     async def plan_run(
-        self, plan_id: str, *, known: Mapping[tuple[str, str], Plan] | None = None
+        self,
+        plan_id: str,
+        *,
+        known: Mapping[tuple[str, str], Plan] | None = None,
+        run: str | None = None,
     ) -> PlanRun:
         """The plan its latest run runs (read from that run's input; a retry with changes
-        runs an edited plan), with the run's id and its chain's first run id. ``known``
-        maps ``(plan_id, run_id)`` to plans read before, so only a new run is fetched.
+        runs an edited plan), or execution ``run`` ran, with the execution's id and its
+        chain's first run id. ``known`` maps ``(plan_id, run_id)`` to plans read before,
+        so only a new run is fetched. ``PlanNotFound`` for an unknown id or run."""
+        return await plan_run(self._temporal, plan_id, known, run)
+
+    async def runs(self, plan_id: str) -> builtins.list[RunSummary]:
+        """Every run of the plan, oldest first: its first start, then each retry, each
+        with its status and times and the id ``status(plan_id, run=...)`` reads it by.
         ``PlanNotFound`` for an unknown id."""
-        return await plan_run(self._temporal, plan_id, known)
+        return await plan_runs(self._temporal, plan_id)
 
     async def report(self, plan_id: str) -> PlanReport:
         """Wait for the plan to end and return its report, however it ended (completed,
@@ -216,9 +227,11 @@ class Client:
         await describe_plan(self._temporal, plan_id)
         return await wait_for_report(self._plan_handle(plan_id))
 
-    async def status(self, plan_id: str) -> PlanReport:
-        """The plan's report now: live while it runs, final once it ended."""
-        return await plan_status(self._temporal, plan_id)
+    async def status(self, plan_id: str, *, run: str | None = None) -> PlanReport:
+        """The plan's report now: live while it runs, final once it ended. ``run`` (a
+        ``RunSummary.run_id`` from ``runs``) reads an earlier run's report instead of the
+        latest's: a retried plan's first run, say."""
+        return await plan_status(self._temporal, plan_id, run)
 
     async def full_report(self, plan_id: str) -> PlanReport:
         """The plan's final report with every subtask's row. A plan of more than 1,000

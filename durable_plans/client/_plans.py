@@ -254,12 +254,16 @@ class PlanRun:
 
 
 async def plan_run(
-    client: Client, plan_id: str, known: Mapping[tuple[str, str], Plan] | None = None
+    client: Client,
+    plan_id: str,
+    known: Mapping[tuple[str, str], Plan] | None = None,
+    run: str | None = None,
 ) -> PlanRun:
-    """The plan ``plan_id``'s latest run runs; ``known`` holds plans already read by
-    ``(plan_id, run_id)`` (a run's input never changes), so only a new run's first event
-    is fetched. ``PlanNotFound`` for an unknown id."""
-    description = await describe_plan(client, plan_id)
+    """The plan ``plan_id``'s latest run runs (or execution ``run``: an earlier run's);
+    ``known`` holds plans already read by ``(plan_id, run_id)`` (a run's input never
+    changes), so only a new run's first event is fetched. ``PlanNotFound`` for an unknown
+    id or run."""
+    description = await describe_plan(client, plan_id, run)
     info = description.raw_description.workflow_execution_info
     first_run = info.first_run_id or description.run_id
     cached = (known or {}).get((plan_id, description.run_id))
@@ -285,24 +289,36 @@ async def plan_run(
     raise DurablePlansError(f"plan '{plan_id}' has no input to read its subtasks from")
 
 
-async def describe_plan(client: Client, plan_id: str) -> WorkflowExecutionDescription:
-    """The plan's latest run as Temporal describes it; ``PlanNotFound`` when there is none."""
+def _not_found(err: RPCError, run: str | None) -> bool:
+    """Whether Temporal's refusal says there is no such plan (or run: a run id that is not
+    a run id at all is refused as an invalid argument)."""
+    return err.status == RPCStatusCode.NOT_FOUND or (
+        run is not None and err.status == RPCStatusCode.INVALID_ARGUMENT
+    )
+
+
+async def describe_plan(
+    client: Client, plan_id: str, run: str | None = None
+) -> WorkflowExecutionDescription:
+    """The plan's latest run (or execution ``run``) as Temporal describes it;
+    ``PlanNotFound`` when there is none."""
     try:
-        return await client.get_workflow_handle(plan_id).describe()
+        return await client.get_workflow_handle(plan_id, run_id=run).describe()
     except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise PlanNotFound(plan_id, client.namespace) from err
+        if _not_found(err, run):
+            raise PlanNotFound(plan_id, client.namespace, run=run) from err
         raise
 
 
-async def plan_status(client: Client, plan_id: str) -> PlanReport:
-    """The plan's report now: live while it runs, final once it has ended.
+async def plan_status(client: Client, plan_id: str, run: str | None = None) -> PlanReport:
+    """The plan's report now: live while it runs, final once it has ended; ``run`` reads
+    an earlier run's (the last execution of that run, ``RunSummary.run_id``).
 
     A finished plan is read from its result or failure, which needs no worker; only a
     running one is queried.
     """
     handle: WorkflowHandle[Any, PlanReport] = client.get_workflow_handle(
-        plan_id, result_type=PlanReport
+        plan_id, run_id=run, result_type=PlanReport
     )
     try:
         description = await handle.describe()
@@ -310,8 +326,8 @@ async def plan_status(client: Client, plan_id: str) -> PlanReport:
             return (await query_status(handle)).running_for(time.time())
         return await wait_for_report(handle)
     except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise PlanNotFound(plan_id, client.namespace) from err
+        if _not_found(err, run):
+            raise PlanNotFound(plan_id, client.namespace, run=run) from err
         raise
 
 

@@ -5,7 +5,7 @@ and a long run as a chain of executions linked by continue-as-new. An operator t
 runs (the first one failed, the retry completed), so the executions are grouped into
 chains here: each begins where Temporal says it began (its ``first_run_id``), or, from a
 server that does not say, right after an execution that did not continue as new. A run's
-report is its chain's last execution's; ``Client.status(plan, run_id=...)`` reads it.
+report is its chain's last execution's; ``Client.status(plan, run=...)`` reads it.
 
 Listed from visibility (eventually consistent); the latest execution is described
 directly as well, so a retry started a moment ago is never missing.
@@ -20,13 +20,13 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from durable_plans.client._plans import describe_plan
 
-__all__ = ["PlanRun", "plan_runs"]
+__all__ = ["RunSummary", "plan_runs"]
 
 MAX_LISTED = 500  # executions read per plan: hundreds of retries and continuations
 
 
 @dataclass(frozen=True)
-class PlanRun:
+class RunSummary:
     """One run of a plan: a start or a retry, with its continue-as-new executions."""
 
     number: int  # 1 for the first start, 2 for the first retry, ...
@@ -47,7 +47,7 @@ def _first_run_of(execution: WorkflowExecution) -> str:
     return execution.raw_info.first_run_id if execution.raw_info is not None else ""
 
 
-async def plan_runs(client: Client, plan_id: str) -> list[PlanRun]:
+async def plan_runs(client: Client, plan_id: str) -> list[RunSummary]:
     """The plan's runs, oldest first; ``PlanNotFound`` when it has none."""
     latest = await describe_plan(client, plan_id)
     found: dict[str, WorkflowExecution] = {latest.run_id: latest}
@@ -72,7 +72,7 @@ async def plan_runs(client: Client, plan_id: str) -> list[PlanRun]:
     for number, chain in enumerate(chains, start=1):
         last = chain[-1]
         runs.append(
-            PlanRun(
+            RunSummary(
                 number=number,
                 run_id=last.run_id,
                 first_run_id=chain[0].run_id,

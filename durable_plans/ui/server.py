@@ -50,6 +50,7 @@ from durable_plans.ui.views import (
     plan_json,
     report_json,
     result_json,
+    run_json,
     subtask_lookup,
     summary_json,
     timeline_json,
@@ -191,21 +192,41 @@ async def _plans(request: web.Request) -> Json:
     return {"plans": [summary_json(row) for row in rows], "note": note}
 
 
+def _run_of(request: web.Request) -> str | None:
+    """The earlier run the page asks about (``?run=``, a ``RunSummary.run_id``); None: the
+    latest."""
+    return request.query.get("run") or None
+
+
 @_answer
 async def _plan(request: web.Request) -> Json:
     plan_id = request.match_info["plan_id"]
     client = request.app[_CLIENT]
-    plan = await request.app[_DEFINITIONS].plan(plan_id)
+    run = _run_of(request)
+    plan = await request.app[_DEFINITIONS].plan(plan_id, run)
+    settings = client.settings
     out: Json = {
-        "plan": plan_json(plan, ui_base_for(client.settings), client.settings.temporal_namespace)
+        "plan": plan_json(plan, ui_base_for(settings), settings.temporal_namespace, run)
     }
     try:
-        out["report"] = report_json(await client.status(plan_id))
+        out["report"] = report_json(await client.status(plan_id, run=run))
     except StatusUnavailable as error:
         out["report"] = None
         out["report_unavailable"] = f"error: {error}"
-    out["timeline"] = await timeline_json(client, plan_id)
+    # The subtasks' workflows keep their ids from run to run: visibility holds the latest
+    # run's only.
+    out["timeline"] = (
+        {"available": False, "reason": "it is kept for the latest run only"}
+        if run
+        else await timeline_json(client, plan_id)
+    )
     return out
+
+
+@_answer
+async def _runs(request: web.Request) -> list[Any]:
+    runs = await request.app[_CLIENT].runs(request.match_info["plan_id"])
+    return [run_json(r) for r in runs]
 
 
 @_answer
@@ -225,11 +246,12 @@ async def _subtask(request: web.Request) -> Json:
     sid = request.match_info["subtask"]
     client = request.app[_CLIENT]
     definitions = request.app[_DEFINITIONS]
-    plan = await definitions.plan(plan_id)
+    run = _run_of(request)
+    plan = await definitions.plan(plan_id, run)
     declared = next((s for s in plan.subtasks if s.id == sid), None)
     if declared is None:
         raise _bad(f"plan '{plan_id}' has no subtask '{sid}'")
-    report = await client.status(plan_id)
+    report = await client.status(plan_id, run=run)
     result = subtask_lookup(report, sid)
     session_id = result.session_id if result is not None else None
     if session_id is None and result is not None and result.status in _WORKING:
@@ -248,7 +270,10 @@ async def _subtask(request: web.Request) -> Json:
         },
         "result": result_json(result) if result is not None else None,
         "conversation": conversation,
-        "temporal_url": await _started_url(client, subtask_workflow_id(plan_id, sid)),
+        # An earlier run's subtask workflow has the latest run's id: no link leads to it.
+        "temporal_url": (
+            None if run else await _started_url(client, subtask_workflow_id(plan_id, sid))
+        ),
     }
 
 
@@ -283,7 +308,7 @@ async def _diff(request: web.Request) -> Json:
     plan_id = request.match_info["plan_id"]
     sid = request.match_info["subtask"]
     client = request.app[_CLIENT]
-    result = subtask_lookup(await client.status(plan_id), sid)
+    result = subtask_lookup(await client.status(plan_id, run=_run_of(request)), sid)
     if result is None:
         raise _bad(f"plan '{plan_id}' has no subtask '{sid}'")
     settings = client.settings
@@ -490,6 +515,7 @@ def build_app(client: Client, security: UiSecurity) -> web.Application:
     app.router.add_get("/api/plans", _plans)
     app.router.add_get("/api/plans/{plan_id}", _plan)
     app.router.add_get("/api/plans/{plan_id}/timeline", _timeline)
+    app.router.add_get("/api/plans/{plan_id}/runs", _runs)
     app.router.add_get("/api/plans/{plan_id}/approvals", _approvals)
     app.router.add_get("/api/plans/{plan_id}/events", _events)
     app.router.add_get("/api/plans/{plan_id}/subtasks/{subtask}", _subtask)

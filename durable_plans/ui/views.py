@@ -15,11 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from durable_plans.client import Client, PendingCall, PlanSummary
+from durable_plans.client import Client, PendingCall, PlanSummary, RunSummary
 from durable_plans.domain.checks import CheckRun
 from durable_plans.domain.models import Plan, PlanReport, SubtaskResult, Usage
 from durable_plans.domain.secrets import scrub_secrets
@@ -31,6 +32,7 @@ __all__ = [
     "plan_json",
     "report_json",
     "result_json",
+    "run_json",
     "summary_json",
     "timeline_json",
 ]
@@ -108,6 +110,18 @@ def report_json(report: PlanReport) -> dict[str, Any]:
     }
 
 
+def run_json(run: RunSummary) -> dict[str, Any]:
+    return {
+        "number": run.number,
+        "run_id": run.run_id,
+        "status": run.status,
+        "started": _iso(run.started_at),
+        "closed": _iso(run.closed_at),
+        "executions": run.executions,
+        "latest": run.latest,
+    }
+
+
 def approval_json(call: PendingCall) -> dict[str, Any]:
     return {
         "plan": call.plan,
@@ -121,7 +135,12 @@ def approval_json(call: PendingCall) -> dict[str, Any]:
     }
 
 
-def plan_json(plan: Plan, settings_ui_base: str, namespace: str) -> dict[str, Any]:
+def plan_json(
+    plan: Plan, settings_ui_base: str, namespace: str, run: str | None = None
+) -> dict[str, Any]:
+    url = web_url(settings_ui_base, namespace, plan.id)
+    if run:  # an earlier run: Temporal Web's page of that execution, not the latest's
+        url += f"/{quote(run, safe='')}/history"
     return {
         "id": plan.id,
         "goal": scrub_secrets(plan.goal),
@@ -135,7 +154,7 @@ def plan_json(plan: Plan, settings_ui_base: str, namespace: str) -> dict[str, An
             }
             for s in plan.subtasks
         ],
-        "temporal_url": web_url(settings_ui_base, namespace, plan.id),
+        "temporal_url": url,
     }
 
 
@@ -152,8 +171,13 @@ class PlanDefinitions:
     def ui_base(self) -> str:
         return ui_base_for(self.client.settings)
 
-    async def plan(self, plan_id: str) -> Plan:
-        """The plan its latest run runs; ``PlanNotFound`` for an unknown id."""
+    async def plan(self, plan_id: str, run_id: str | None = None) -> Plan:
+        """The plan its latest run runs (or execution ``run_id`` ran); ``PlanNotFound``
+        for an unknown id or run."""
+        if run_id:
+            earlier = await self.client.plan_run(plan_id, known=self._by_run, run=run_id)
+            self._by_run[(plan_id, earlier.run_id)] = earlier.plan
+            return earlier.plan
         run = await self.client.plan_run(plan_id, known=self._by_run)
         self.first_run[plan_id] = run.first_run_id
         self._by_run[(plan_id, run.run_id)] = run.plan

@@ -23,6 +23,7 @@ import pytest
 from temporalio.client import WorkflowFailureError
 
 from durable_plans.client import Client as PlansClient
+from durable_plans.client import PlanNotFound, SubtaskChanges
 from durable_plans.client._operator import default_operator
 from durable_plans.domain.approval_rules import QUERY_APPROVALS, ApprovalPolicy, WorkflowApprovals
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask, SubtaskStatus
@@ -480,6 +481,86 @@ async def test_the_log_lists_every_decision_taken_from_the_page(
     ] * 5
     budget = next(e for e in report.log if e.kind == "budget")
     assert budget.detail == "max_tokens 1,000,000,000"
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def conversation_text() -> str:
+    return "(document.getElementById('conversation') || {textContent: ''}).textContent"
+
+
+async def test_each_run_of_a_retried_plan_opens_its_own_report_and_conversations(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """A plan fails, then an edit and re-run completes it: the page lists both runs; the
+    first opens its own report (failed, its figures) and its own conversation of the
+    failed subtask, read only; the latest opens the completed one."""
+    plan = make_plan(
+        [("ok", "Fine", []), ("bad", "Break it [fail:400]", []), ("dep", "After", ["bad"])],
+        prefix="ui-runs",
+    )
+    handle = await harness.start(plan)
+    with pytest.raises(WorkflowFailureError):
+        await asyncio.wait_for(handle.result(), timeout=WAIT_S)
+    client = PlansClient(harness.client, harness.settings)
+    await client.retry(plan.id, changes={"bad": SubtaskChanges(description="Fixed now")})
+    latest = await asyncio.wait_for(client.report(plan.id), timeout=WAIT_S)
+    assert latest.status is PlanStatus.COMPLETED
+    runs = await client.runs(plan.id)
+    assert [(r.number, r.status, r.latest) for r in runs] == [
+        (1, "failed", False),
+        (2, "completed", True),
+    ]
+    first = await client.status(plan.id, run=runs[0].run_id)
+    assert first.status is PlanStatus.FAILED and by_id(first)["dep"].status is SubtaskStatus.SKIPPED
+    assert await client.status(plan.id, run=runs[1].run_id) == latest
+    with pytest.raises(PlanNotFound, match="has no run 'nope'"):
+        await client.status(plan.id, run="nope")
+
+    status_is = "document.getElementById('plan-status').dataset.status === '{}'"
+    async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
+        await open_page(cdp, f"{ui.url}#/plan/{plan.id}/bad")
+        options_js = "[...document.querySelectorAll('#plan-runs option')].map((o) => o.textContent)"
+        await cdp.wait_for(f"{options_js}.length === 2", timeout_s=WAIT_S)
+        options = await cdp.evaluate(options_js)
+        assert options[0].startswith("run 2 of 2 (latest) · completed · "), options
+        assert options[1].startswith("run 1 of 2 · failed · "), options
+        await cdp.wait_for(status_is.format("completed"), timeout_s=WAIT_S)
+        await cdp.wait_for(f"{conversation_text()}.includes('Fixed now')", timeout_s=WAIT_S)
+
+        # The first run, chosen from the list: its own report, read only.
+        await cdp.evaluate(
+            "(() => { const s = document.getElementById('plan-runs'); "
+            f"s.value = {json.dumps(runs[0].run_id)}; s.dispatchEvent(new Event('change')); }})()"
+        )
+        await cdp.wait_for(status_is.format("failed"), timeout_s=WAIT_S)
+        totals = await cdp.evaluate("document.getElementById('plan-totals').textContent")
+        assert totals.startswith(header_of(first)), (totals, header_of(first))
+        note = await cdp.wait_for(
+            "document.getElementById('plan-run-note').textContent", timeout_s=WAIT_S
+        )
+        assert note.startswith("run 1 of 2, failed: an earlier run, read only"), note
+        assert await cdp.evaluate("document.getElementById('plan-controls').innerHTML") == ""
+        failure = await cdp.evaluate("document.getElementById('plan-failure').textContent")
+        assert "first failure: bad — BadRequest" in failure, failure
+        # Its failed subtask's conversation is that run's, with the task it was given.
+        await click(cdp, "#plan-failure a")
+        await cdp.wait_for(
+            f"{conversation_text()}.includes('Break it [fail:400]')", timeout_s=WAIT_S
+        )
+        assert "Fixed now" not in await cdp.evaluate(conversation_text())
+        url = await cdp.evaluate("location.hash")
+        assert url == f"#/plan/{plan.id}/bad?run={runs[0].run_id}", url
+        assert await cdp.evaluate("document.getElementById('subtask-controls').textContent") == (
+            "an earlier run: act on the latest run"
+        )
+        await cdp.screenshot(tmp_path / "ui-earlier-run.png")
+
+        # Back to the latest from the note's link.
+        await click(cdp, "#plan-run-note a")
+        await cdp.wait_for(status_is.format("completed"), timeout_s=WAIT_S)
+        assert await cdp.evaluate("document.getElementById('plan-run-note').hidden")
 
 
 # --------------------------------------------------------------------------- edit and re-run

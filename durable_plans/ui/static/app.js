@@ -100,8 +100,11 @@
   const STATUS_ORDER = ["completed", "failed", "skipped", "cancelled", "paused", "running", "pending"];
 
   class PlanPage {
-    constructor(planId) {
+    constructor(planId, run) {
       this.planId = planId;
+      // An earlier run (a retried plan's first, say): its report, read only, no stream.
+      this.run = run || null;
+      this.readOnly = Boolean(run);
       this.report = null;
       this.plan = null;
       this.liveText = new Map();
@@ -117,9 +120,21 @@
       this.gone = false;
     }
 
+    /* The page's API address for ``path`` (of this plan, of this run). */
+    api(path) {
+      return "/api/plans/" + encodeURIComponent(this.planId) + (path || "") +
+        (this.run ? "?run=" + encodeURIComponent(this.run) : "");
+    }
+
+    /* The page's own address, with a subtask's panel open. */
+    href(subtask) {
+      return "#/plan/" + encodeURIComponent(this.planId) + (subtask ? "/" + encodeURIComponent(subtask) : "") +
+        (this.run ? "?run=" + encodeURIComponent(this.run) : "");
+    }
+
     async load() {
       const t0 = performance.now();
-      const data = await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId));
+      const data = await DplanApi.get(this.api());
       if (this.gone) return;
       const fetched = performance.now();
       this.plan = data.plan;
@@ -136,8 +151,39 @@
         layoutMs: this.graph.lastLayoutMs, nodes: document.querySelectorAll("#graph g.node").length };
       document.body.dataset.rendered = "1";
       this.paintHead();
-      this.connect();
-      this.refreshApprovals();
+      if (this.readOnly) this.closed = true;
+      else {
+        this.connect();
+        this.refreshApprovals();
+      }
+      this.loadRuns();
+    }
+
+    /* The plan's runs (its start, then each retry), each opening its own report. */
+    async loadRuns() {
+      let runs = [];
+      try { runs = await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId) + "/runs"); } catch (_) { return; }
+      if (this.gone) return;
+      const select = $("plan-runs");
+      const shown = this.run ? runs.find((r) => r.run_id === this.run) : runs.find((r) => r.latest);
+      select.replaceChildren(...runs.slice().reverse().map((r) => P.h("option", {
+        value: r.latest ? "" : r.run_id,
+        data: { number: String(r.number), status: r.status },
+      }, `run ${r.number} of ${runs.length}${r.latest ? " (latest)" : ""} · ${r.status} · ${new Date(r.started).toLocaleString()}`)));
+      if (shown) select.value = shown.latest ? "" : shown.run_id;
+      select.hidden = runs.length < 2 && !this.run;
+      select.onchange = () => {
+        const run = select.value;
+        location.hash = "#/plan/" + encodeURIComponent(this.planId) + (run ? "?run=" + encodeURIComponent(run) : "");
+      };
+      const note = $("plan-run-note");
+      note.replaceChildren();
+      note.hidden = !this.run;
+      if (this.run) {
+        const latest = P.h("a", { href: "#/plan/" + encodeURIComponent(this.planId) }, "open the latest run");
+        note.append(shown ? `run ${shown.number} of ${runs.length}, ${shown.status}: an earlier run, read only (its report and conversations as it left them) — `
+          : "an earlier run, read only — ", latest);
+      }
     }
 
     setReport(report) {
@@ -177,7 +223,7 @@
       box.hidden = !(first || (r && r.error));
       if (first) {
         const verb = first.status === "paused" ? "paused on" : "first failure:";
-        const link = P.h("a", { href: "#/plan/" + encodeURIComponent(this.planId) + "/" + encodeURIComponent(first.id),
+        const link = P.h("a", { href: this.href(first.id),
           onclick: (ev) => { ev.preventDefault(); this.select(first.id); } }, first.id);
         box.append(`${G.icon(first.status)} ${verb} `, link, ` — ${first.error.type}: ${first.error.message}`);
       } else if (r && r.error) {
@@ -216,11 +262,11 @@
       const box = $("plan-controls");
       const status = this.report ? this.report.status : null;
       const open = G.planOpen(this.report);
-      const mode = open ? "open" : status && status !== "completed" ? "ended" : "none";
+      const mode = this.readOnly ? "none" : open ? "open" : status && status !== "completed" ? "ended" : "none";
       if (box.dataset.mode === mode) return;
       box.dataset.mode = mode;
       box.replaceChildren();
-      if (open) {
+      if (mode === "open") {
         const tokens = P.h("input", { type: "number", min: "0", placeholder: "max tokens", name: "max_tokens" });
         const cost = P.h("input", { type: "number", min: "0", step: "0.01", placeholder: "max $", name: "max_cost_usd" });
         const num = (i) => (i.value.trim() === "" ? null : Number(i.value));
@@ -229,7 +275,7 @@
           P.h("button", { type: "button", class: "danger", data: { action: "cancel" }, onclick: () => {
             if (confirm(`Cancel plan ${this.planId}? Running subtasks are cancelled; what completed is kept.`)) this.act("cancel", {});
           } }, "cancel plan"));
-      } else if (status && status !== "completed") {
+      } else if (mode === "ended") {
         box.append(P.h("button", { type: "button", class: "primary", data: { action: "retry" }, onclick: () => this.act("retry", {}) }, "retry what did not complete"));
       }
     }
@@ -279,7 +325,7 @@
       if (this.reportBusy) return;
       this.reportBusy = true;
       try {
-        const data = await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId));
+        const data = await DplanApi.get(this.api());
         if (this.gone) return;
         // The final report came with the stream's end: an answer read before it is older.
         if (data.report && !this.closed) this.setReport(data.report);
@@ -297,7 +343,8 @@
 
     async refreshTimeline() {
       try {
-        const t = await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId) + "/timeline");
+        if (this.readOnly) return;
+        const t = await DplanApi.get(this.api("/timeline"));
         if (this.gone) return;
         if (t.available) this.graph.setRuns(t.runs);
       } catch (_) { /* shown on the next load */ }
@@ -326,7 +373,7 @@
 
     async refreshApprovals() {
       try {
-        const calls = G.planOpen(this.report)
+        const calls = G.planOpen(this.report) && !this.readOnly
           ? await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId) + "/approvals") : [];
         if (!this.gone) P.showApprovals(this, calls);
       } catch (err) { if (!this.gone) P.showApprovals(this, []); }
@@ -357,8 +404,7 @@
     select(id) {
       this.selected = id;
       this.graph.select(id);
-      const base = "#/plan/" + encodeURIComponent(this.planId);
-      history.replaceState(null, "", id ? base + "/" + encodeURIComponent(id) : base);
+      history.replaceState(null, "", this.href(id));
       const wasOpen = !$("panel").hidden;
       if (id) P.showSubtask(this, id);
       else $("panel").hidden = true;
@@ -372,7 +418,7 @@
         const answer = await DplanApi.post(`/api/do/${encodeURIComponent(this.planId)}/${action}`, body);
         if (this.gone) return;
         flash(answer.message || "done");
-        if (action === "retry") { this.closed = false; setTimeout(() => this.reload(), 300); }
+        if (action === "retry") { this.closed = false; setTimeout(() => { this.reload(); this.loadRuns(); }, 300); }
         this.refreshApprovals();
         this.refreshReport();
         if (this.selected) this.soonPanel();
@@ -382,7 +428,7 @@
     }
 
     async reload() {
-      const data = await DplanApi.get("/api/plans/" + encodeURIComponent(this.planId));
+      const data = await DplanApi.get(this.api());
       if (this.gone) return;
       this.plan = data.plan;
       this.graph.setPlan(data.plan.subtasks);
@@ -443,6 +489,10 @@
     $("plan-controls").replaceChildren();
     delete $("plan-controls").dataset.mode;
     $("plan-temporal").removeAttribute("href");
+    $("plan-runs").hidden = true;
+    $("plan-runs").replaceChildren();
+    $("plan-run-note").hidden = true;
+    $("plan-run-note").replaceChildren();
     $("approvals").hidden = true;
     $("approvals").replaceChildren();
     $("search").value = "";
@@ -456,14 +506,16 @@
   }
 
   async function route() {
-    const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+    const [path, query] = location.hash.replace(/^#\/?/, "").split("?");
+    const parts = path.split("/").map(decodeURIComponent);
+    const run = new URLSearchParams(query || "").get("run");
     clearInterval(listTimer);
     if (page) { page.stop(); page = null; }
     if (parts[0] === "plan" && parts[1]) {
       $("list-view").hidden = true;
       $("plan-view").hidden = false;
       clearPlanView(parts[1]);
-      const mine = new PlanPage(parts[1]);
+      const mine = new PlanPage(parts[1], run);
       page = mine;
       window.dplanPage = mine;
       setView("graph");

@@ -36,7 +36,7 @@
     const rows = entries.map((e) => {
       const target = e.call || e.subtask;
       const cell = target
-        ? h("a", { href: "#/plan/" + encodeURIComponent(page.planId) + "/" + encodeURIComponent(e.subtask),
+        ? h("a", { href: page.href(e.subtask),
           onclick: (ev) => { ev.preventDefault(); page.select(e.subtask); } }, target)
         : "";
       return h("tr", { data: { kind: e.kind } },

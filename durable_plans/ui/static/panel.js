@@ -66,6 +66,10 @@
     const box = h("div", { id: "subtask-controls" });
     const status = result ? result.status : "pending";
     const planOpen = !page.report || G().planOpen(page.report);
+    if (page.readOnly) {  // an earlier run: what is done to the plan is done to its latest
+      box.append(h("p", { class: "note" }, "an earlier run: act on the latest run"));
+      return box;
+    }
     if (status === "paused") {
       box.append(
         h("button", { type: "button", class: "primary", data: { action: "resume" }, onclick: () => page.act("resume", { subtask: sid }) }, "resume"),
@@ -109,7 +113,7 @@
     }
     let data;
     try {
-      data = await api().get(`/api/plans/${encodeURIComponent(page.planId)}/subtasks/${encodeURIComponent(sid)}`);
+      data = await api().get(page.api(`/subtasks/${encodeURIComponent(sid)}`));
     } catch (err) {
       if (!page.gone) panel.replaceChildren(h("p", { class: "error-box" }, err.message));
       return;
@@ -133,7 +137,8 @@
         ["commit", r.commit ? r.commit.slice(0, 12) : "–"],
         ["workflow", data.temporal_url
           ? h("a", { href: data.temporal_url, target: "_blank", rel: "noopener noreferrer" }, "open in Temporal Web")
-          : "never started: Temporal has no workflow for it"],
+          : page.readOnly ? "an earlier run's: the plan's Temporal Web link opens that run"
+            : "never started: Temporal has no workflow for it"],
       ]),
     );
     panel.append(h("h3", {}, "description"), h("pre", { class: "live" }, def.description));
@@ -177,7 +182,7 @@
     const diffBox = h("div", { id: "diff" }, h("p", { class: "note" }, "reading the workspace…"));
     panel.append(diffBox);
     try {
-      const diff = await api().get(`/api/plans/${encodeURIComponent(page.planId)}/subtasks/${encodeURIComponent(sid)}/diff`);
+      const diff = await api().get(page.api(`/subtasks/${encodeURIComponent(sid)}/diff`));
       diffBox.replaceChildren(diffView(diff));
     } catch (err) {
       diffBox.replaceChildren(h("p", { class: "note" }, err.message));
