@@ -168,13 +168,29 @@ def _add_status_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         help="follow a running plan to its end (each running subtask's step and latest "
         "text), then print its report; exit 0 completed, 1 otherwise",
     )
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--runs",
+        action="store_true",
+        help="list the plan's runs (its start, then each retry) with their run ids",
+    )
+    which.add_argument(
+        "--run",
+        metavar="RUN_ID",
+        default=None,
+        help="the report of an earlier run (a run id from --runs) instead of the latest's",
+    )
     parser.set_defaults(handler=cmd_status)
 
 
 def cmd_status(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     from durable_plans.cli.run_command import status_command
 
-    return status_command(args.plan_id, json_output=args.json, follow=args.follow)
+    if args.follow and (args.run or args.runs):
+        raise SystemExit("dplan status: --follow follows the latest run; leave out --run/--runs")
+    return status_command(
+        args.plan_id, json_output=args.json, follow=args.follow, run=args.run, runs=args.runs
+    )
 
 
 # --------------------------------------------------------------------------- chat, plan

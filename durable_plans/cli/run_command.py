@@ -14,7 +14,8 @@ import contextlib
 import json
 import sys
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -29,6 +30,7 @@ from durable_plans.client import (
     InvalidPlan,
     PlanAlreadyRunning,
     PlanWatch,
+    RunSummary,
     agents_of,
     load_plan,
 )
@@ -318,24 +320,54 @@ def print_log(report: PlanReport) -> None:
         print(f"  {describe_entry(entry)}")
 
 
+def describe_run(run: RunSummary) -> str:
+    """``run 1  failed  2026-11-27 23:40:31 → 23:40:32  RUN_ID``: one run of a plan."""
+    when = "%Y-%m-%d %H:%M:%S"
+    ended = run.closed_at.astimezone(UTC).strftime(when) if run.closed_at else "…"
+    latest = "  (latest)" if run.latest else ""
+    return (
+        f"run {run.number}  {run.status:<10} {run.started_at.astimezone(UTC).strftime(when)} → "
+        f"{ended} UTC  {run.run_id}{latest}"
+    )
+
+
 async def status_command(
-    plan_id: str, *, json_output: bool, settings: Settings | None = None, follow: bool = False
+    plan_id: str,
+    *,
+    json_output: bool,
+    settings: Settings | None = None,
+    follow: bool = False,
+    run: str | None = None,
+    runs: bool = False,
 ) -> int:
     """Print a plan's live (or final) report; 0 running/completed, 1 failed/cancelled.
 
     ``follow``: show its progress (each running subtask's step and latest text) until it
-    ends, then print the final report; the exit code is then the plan's outcome."""
+    ends, then print the final report; the exit code is then the plan's outcome. ``run``:
+    an earlier run's report instead; ``runs``: list the runs (exit 0)."""
     ensure_logging(json=False, level="WARNING")
 
     async def body() -> int:
         resolved = read_settings(settings)
         plans = Client(await connect(resolved), resolved)
         url = web_url(resolved, resolved.temporal_namespace, plan_id)
-        report = await plans.status(plan_id)
+        if runs:
+            listed = await plans.runs(plan_id)
+            if json_output:
+                rows = [{**asdict(r), "started_at": r.started_at.isoformat(),
+                         "closed_at": r.closed_at.isoformat() if r.closed_at else None}
+                        for r in listed]  # fmt: skip
+                sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+            else:
+                for each in listed:
+                    print(describe_run(each))
+            return Exit.OK
+        report = await plans.status(plan_id, run=run)
         if follow and not report.finished:
             report = await _follow(plans, plan_id, url, json_output=json_output)
-        notification = await plans.notification(plan_id)
-        edits = await plans.edits(plan_id)
+        # The webhook's outcome and the edits are the latest run's (its memo).
+        notification = None if run else await plans.notification(plan_id)
+        edits = [] if run else await plans.edits(plan_id)
         if json_output and (notification is not None or edits):
             # The report's fields as they are, plus how its webhook went and who edited
             # which subtasks: neither is part of the report (the delivery never changes
@@ -349,9 +381,12 @@ async def status_command(
             sys.stdout.flush()
         else:
             print_report(report, json_output=json_output, url=url, settings=resolved)
+        if not json_output:
             print_log(report)
             if notification is not None:
                 print(describe_notification(notification))
+            if run is None and (count := len(await plans.runs(plan_id))) > 1:
+                print(f"runs: {count} (this is the latest; `dplan status {plan_id} --runs`)")
         if follow:
             return exit_code(report)
         ok = (PlanStatus.RUNNING, PlanStatus.PAUSED, PlanStatus.COMPLETED)

@@ -19,6 +19,7 @@ from datetime import datetime
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from durable_plans.client._plans import describe_plan
+from durable_plans.client._visibility import CLOSED_STATUS_NAMES
 
 __all__ = ["RunSummary", "plan_runs"]
 
@@ -40,7 +41,12 @@ class RunSummary:
 
 
 def _status_name(status: WorkflowExecutionStatus | None) -> str:
-    return status.name.lower() if status is not None else "unknown"
+    """As ``dplan list`` says it (running, completed, failed, cancelled, ...)."""
+    if status is None:
+        return "unknown"
+    if status is WorkflowExecutionStatus.RUNNING:
+        return "running"
+    return CLOSED_STATUS_NAMES.get(status, status.name.lower())
 
 
 def _first_run_of(execution: WorkflowExecution) -> str:

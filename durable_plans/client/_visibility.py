@@ -22,6 +22,7 @@ from durable_plans.domain.contracts import PLAN_WORKFLOW
 from durable_plans.namespace_setup import one_line, registered_attributes
 
 __all__ = [
+    "CLOSED_STATUS_NAMES",
     "ListQueryError",
     "PlanSummary",
     "list_plans",
@@ -39,7 +40,8 @@ _EXECUTION_STATUS = {
     "terminated": "Terminated",
     "timed_out": "TimedOut",
 }
-_CLOSED_STATUS_NAMES = {
+# What ``dplan list`` calls each way a run closed.
+CLOSED_STATUS_NAMES = {
     WorkflowExecutionStatus.COMPLETED: "completed",
     WorkflowExecutionStatus.FAILED: "failed",
     WorkflowExecutionStatus.CANCELED: "cancelled",
@@ -146,7 +148,7 @@ async def _row(execution: WorkflowExecution) -> PlanSummary:
     elif attr_status and attr_status != sa.VisibilityStatus.RUNNING:
         status = attr_status
     else:
-        status = _CLOSED_STATUS_NAMES.get(exec_status, exec_status.name.lower())
+        status = CLOSED_STATUS_NAMES.get(exec_status, exec_status.name.lower())
     paused = memo.get(sa.PAUSED_MEMO)
     paused = {str(k): str(v) for k, v in paused.items()} if isinstance(paused, dict) else None
     if paused and status == sa.VisibilityStatus.RUNNING:  # attributes not registered

@@ -205,9 +205,7 @@ async def _plan(request: web.Request) -> Json:
     run = _run_of(request)
     plan = await request.app[_DEFINITIONS].plan(plan_id, run)
     settings = client.settings
-    out: Json = {
-        "plan": plan_json(plan, ui_base_for(settings), settings.temporal_namespace, run)
-    }
+    out: Json = {"plan": plan_json(plan, ui_base_for(settings), settings.temporal_namespace, run)}
     try:
         out["report"] = report_json(await client.status(plan_id, run=run))
     except StatusUnavailable as error:

@@ -26,6 +26,7 @@ from durable_plans import (
     TextStreamed,
 )
 from durable_plans.cli.replay_command import make_replayer, replay_history
+from durable_plans.cli.run_command import status_command
 from durable_plans.domain.approval_rules import ApprovalPolicy
 from tests.integration.conftest import Harness
 from tests.integration.plans import make_plan
@@ -123,7 +124,7 @@ async def test_what_cannot_be_done_is_refused_with_the_reason(plans: Client) -> 
         await plans.approve("client-nope", "no-colon")
 
 
-async def test_pause_skip_and_retry(plans: Client) -> None:
+async def test_pause_skip_and_retry(plans: Client, capsys: pytest.CaptureFixture[str]) -> None:
     plan = make_plan(
         [
             ("a", "Look at the workspace", []),
@@ -166,6 +167,31 @@ async def test_pause_skip_and_retry(plans: Client) -> None:
     ]
     assert final.log[2].detail == "runs again: bad, after"
     assert [e.at_s for e in final.log] == sorted(e.at_s for e in final.log)
+    # Each run is listed and keeps its own report; dplan status reads either.
+    listed_runs = await plans.runs(plan.id)
+    assert [(r.number, r.status, r.latest) for r in listed_runs] == [
+        (1, "failed", False),
+        (2, "cancelled", True),
+    ]
+    first = await plans.status(plan.id, run=listed_runs[0].run_id)
+    assert first.status is PlanStatus.FAILED and first.log == final.log[:2]
+    settings = plans.settings
+    assert await status_command(plan.id, json_output=False, settings=settings, runs=True) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split()[:3] for line in listed] == [
+        ["run", "1", "failed"],
+        ["run", "2", "cancelled"],
+    ]
+    assert listed[0].split()[-1] == listed_runs[0].run_id and listed[1].endswith("(latest)")
+    code = await status_command(
+        plan.id, json_output=True, settings=settings, run=listed_runs[0].run_id
+    )
+    assert code == 1  # the report of a failed run
+    assert PlanReport.model_validate_json(capsys.readouterr().out) == first
+    assert await status_command(plan.id, json_output=False, settings=settings) == 1
+    assert (
+        f"runs: 2 (this is the latest; `dplan status {plan.id} --runs`)" in capsys.readouterr().out
+    )
     # Both runs (the first and the retry), with their pause, skip and cancel, replay.
     replayer = make_replayer()
     runs = [e async for e in plans.temporal.list_workflows(f'WorkflowId = "{plan.id}"')]
