@@ -643,6 +643,38 @@ def cmd_subtask_action(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     return subtask_command(args.action, args.plan_id, args.subtask, operator=args.operator)
 
 
+def _add_edit_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "edit",
+        help=action_summary("edit"),
+        description=(
+            "Change a paused subtask of a running plan (--set description=..., agent=... "
+            "or model=...) and run it again on a fresh branch, while the rest of the plan "
+            "carries on; recorded in the plan's log under --by's name. Refused (exit 1, "
+            "nothing changed) when the subtask is not paused or a value cannot be right. "
+            "Exit 0 done, 1 refused or Temporal unusable, 2 invalid arguments."
+        ),
+    )
+    parser.add_argument("plan_id", metavar="PLAN", help="the plan (workflow) id")
+    parser.add_argument("subtask", metavar="SUBTASK", help="the paused subtask's id")
+    parser.add_argument(
+        "--set",
+        dest="changes",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a field to change: description, agent or model (repeatable)",
+    )
+    add_operator_option(parser)
+    parser.set_defaults(handler=cmd_edit)
+
+
+def cmd_edit(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
+    from durable_plans.cli.operate_command import edit_command
+
+    return edit_command(args.plan_id, args.subtask, args.changes, operator=args.operator)
+
+
 def _add_budget_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "budget",
@@ -707,6 +739,7 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     _add_schemas_parser,
     _add_retry_parser,
     _add_subtask_action_parsers,
+    _add_edit_parser,
     _add_budget_parser,
     _add_cancel_parser,
     add_approval_parsers,

@@ -48,6 +48,33 @@ async def subtask_command(
     return await reported(body())
 
 
+async def edit_command(
+    plan_id: str,
+    subtask: str,
+    assignments: list[str],
+    *,
+    operator: str | None = None,
+    settings: Settings | None = None,
+) -> int:
+    """``dplan edit PLAN SUBTASK --set FIELD=VALUE ...``: change a paused subtask and run
+    it again. A word that is not field=value, or no --set at all, is a usage error (exit
+    2) before anything connects; the plan judges the values."""
+    ensure_logging(json=False, level="WARNING")
+
+    async def body() -> int:
+        if not assignments:
+            raise Usage("error: name a change: --set description=..., agent=... or model=...")
+        try:
+            changes = SubtaskChanges.parse(assignments)
+        except OperatorError as error:
+            raise Usage(f"error: {error}") from None
+        client = await Client.connect(read_settings(settings), operator=operator)
+        print(await client.edit(plan_id, subtask, changes))
+        return Exit.OK
+
+    return await reported(body())
+
+
 def check_budget(max_tokens: int | None, max_cost_usd: float | None) -> None:
     """The new limits can be right; ``InvalidArgument`` naming the problem when not."""
     if max_tokens is None and max_cost_usd is None:

@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import temporalio.client
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_plans._errors import (
@@ -65,15 +70,19 @@ from durable_plans.client._plans import (
 from durable_plans.client._runs import RunSummary, plan_runs
 from durable_plans.client._visibility import PlanSummary, list_plans
 from durable_plans.client._watch import PlanEvent, watch_plan
+from durable_plans.connection import QUERY_RPC_TIMEOUT
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.agents_loader import load_catalog
 from durable_plans.domain.approval_rules import ApprovalDecision
-from durable_plans.domain.models import DeliveryOutcome, Message, Plan, PlanReport
+from durable_plans.domain.models import DeliveryOutcome, Message, Plan, PlanReport, Subtask
 from durable_plans.domain.operations import (
+    EDIT_UPDATE,
     RAISE_BUDGET_UPDATE,
     RESUME_UPDATE,
     SKIP_UPDATE,
+    SUBTASK_QUERY,
     BudgetRequest,
+    EditRequest,
     SubtaskChanges,
     SubtaskEdit,
     SubtaskRequest,
@@ -350,6 +359,30 @@ class Client:
         """Run a subtask paused on its failure again; returns the workflow's sentence."""
         request = SubtaskRequest(subtask=subtask, by=self._operator)
         return await update_running_plan(self._temporal, plan_id, RESUME_UPDATE, request, str)
+
+    async def current_subtask(self, plan_id: str, subtask: str) -> Subtask | None:
+        """The plan's subtask as it runs now (an operator's ``edit`` included, which the
+        run's input does not show); None when the plan cannot say (no worker answers, no
+        such subtask)."""
+        handle = self._temporal.get_workflow_handle(plan_id)
+        try:
+            found: Subtask = await handle.query(
+                SUBTASK_QUERY, subtask, result_type=Subtask, rpc_timeout=QUERY_RPC_TIMEOUT
+            )
+        except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError):
+            return None
+        return found
+
+    async def edit(self, plan_id: str, subtask: str, changes: SubtaskChanges) -> str:
+        """Change a paused subtask (its description, agent or model) and run it again,
+        while the rest of the plan carries on; returns the workflow's sentence. The plan
+        refuses (``Refused``) a subtask that is not paused, an agent it does not run
+        with, an empty description or a bad model; ``InvalidArgument`` when ``changes``
+        change nothing."""
+        if not changes.fields:
+            raise InvalidArgument("name a change: description, agent or model")
+        request = EditRequest(subtask=subtask, changes=changes, by=self._operator)
+        return await update_running_plan(self._temporal, plan_id, EDIT_UPDATE, request, str)
 
     async def skip(self, plan_id: str, subtask: str) -> str:
         """Give up on a paused subtask: it and its dependents are skipped."""

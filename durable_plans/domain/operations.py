@@ -29,11 +29,14 @@ __all__ = [
     "CARRIED_STATE_QUERY",
     "CHANGEABLE_FIELDS",
     "EDITS_MEMO",
+    "EDIT_UPDATE",
     "MAX_KEPT_EDITS",
     "RAISE_BUDGET_UPDATE",
     "RESUME_UPDATE",
     "SKIP_UPDATE",
+    "SUBTASK_QUERY",
     "BudgetRequest",
+    "EditRequest",
     "OperatorError",
     "SubtaskChanges",
     "SubtaskEdit",
@@ -48,11 +51,14 @@ __all__ = [
 ]
 
 RESUME_UPDATE = "resume_subtask"
+EDIT_UPDATE = "edit_subtask"
 SKIP_UPDATE = "skip_subtask"
 RAISE_BUDGET_UPDATE = "raise_budget"
 # The state a new run would continue from (what continue-as-new carries); answered by a
 # replay of a closed run too, which is how ``dplan retry`` reads a failed plan.
 CARRIED_STATE_QUERY = "carried_state"
+# A running plan's subtask as it runs now (``dplan edit`` may have changed it).
+SUBTASK_QUERY = "subtask_definition"
 
 
 class _Request(BaseModel):
@@ -133,6 +139,14 @@ class SubtaskChanges(BaseModel):
 
 
 _FIELD_LIST = ", ".join(CHANGEABLE_FIELDS)
+
+
+class EditRequest(_Request):
+    """``dplan edit``: change a paused subtask, then run it again (its fields as for an
+    edit and re-run; the rest of the running plan carries on)."""
+
+    subtask: str = Field(min_length=1, max_length=200)
+    changes: SubtaskChanges
 
 
 class SubtaskEdit(BaseModel):

@@ -56,6 +56,13 @@ OPERATOR_ACTIONS: Final[tuple[OperatorAction, ...]] = (
         "run a paused subtask again, on a fresh branch from the base session",
     ),
     OperatorAction(
+        "edit",
+        "edit",
+        ("subtask", "changes"),
+        frozenset(),
+        "change a paused subtask (description, agent, model) and run it again",
+    ),
+    OperatorAction(
         "skip",
         "skip",
         ("subtask",),

@@ -39,6 +39,7 @@ from durable_plans.client import (
 )
 from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import SubtaskResult, SubtaskStatus
+from durable_plans.domain.operations import SubtaskChanges
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.temporal_client import ui_base_for, web_url
 from durable_plans.ui.conversation import Conversations, running_session_id
@@ -251,6 +252,8 @@ async def _subtask(request: web.Request) -> Json:
         raise _bad(f"plan '{plan_id}' has no subtask '{sid}'")
     report = await client.status(plan_id, run=run)
     result = subtask_lookup(report, sid)
+    if run is None and not report.finished:  # as it runs now: an edit included
+        declared = await client.current_subtask(plan_id, sid) or declared
     session_id = result.session_id if result is not None else None
     if session_id is None and result is not None and result.status in _WORKING:
         session_id = running_session_id(plan, definitions.first_run.get(plan_id, ""), result)
@@ -425,6 +428,16 @@ async def _resume(client: Client, plan_id: str, body: Json) -> Json:
     return {"message": await client.resume(plan_id, subtask)}
 
 
+async def _edit(client: Client, plan_id: str, body: Json) -> Json:
+    subtask = _string(body, "subtask")
+    assert subtask is not None
+    raw = body.get("changes")
+    if not isinstance(raw, dict):
+        raise _bad("changes must be {description, agent, model}")
+    changes = SubtaskChanges.from_fields(raw)  # naming an unknown field or a non-string
+    return {"message": await client.edit(plan_id, subtask, changes)}
+
+
 async def _skip(client: Client, plan_id: str, body: Json) -> Json:
     subtask = _string(body, "subtask")
     assert subtask is not None
@@ -483,6 +496,7 @@ CONTROLS: Mapping[str, Control] = {
     "approve": _approve,
     "reject": _reject,
     "resume": _resume,
+    "edit": _edit,
     "skip": _skip,
     "budget": _budget,
     "cancel": _cancel,

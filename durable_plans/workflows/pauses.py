@@ -38,12 +38,16 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
     from durable_plans.domain.operations import (
+        EDIT_UPDATE,
         RAISE_BUDGET_UPDATE,
         RESUME_UPDATE,
         SKIP_UPDATE,
         BudgetRequest,
+        EditRequest,
+        SubtaskChanges,
         SubtaskRequest,
         budget_problem,
+        change_problems,
         merged_budget,
         paused_problem,
     )
@@ -78,6 +82,9 @@ class PauseDesk:
     timers: list[asyncio.Task[None]] = field(default_factory=list)
     # The plan's log of decisions (PlanWorkflow's, shared): pauses and what ended them.
     log: PlanLog = field(default_factory=PlanLog)
+    # Changes a paused subtask's definition (PlanWorkflow's: its next start runs it).
+    apply_edit: Callable[[str, SubtaskChanges], None] = lambda sid, changes: None
+    agents: frozenset[str] = frozenset()  # the agents the plan runs with
 
     def open(
         self,
@@ -87,6 +94,7 @@ class PauseDesk:
         *,
         budget: Budget | None,
         paused_since: tuple[tuple[str, float], ...],
+        agents: frozenset[str] = frozenset(),
     ) -> None:
         """The run's start: the plan's state, and the pauses a previous run carried over,
         their timers counting from when each pause began."""
@@ -94,6 +102,7 @@ class PauseDesk:
         self.results = results
         self.prior = prior
         self.budget = budget
+        self.agents = agents
         self.since = dict(paused_since)
         for sid, since in self.since.items():
             self._watch(sid, since)
@@ -184,6 +193,25 @@ class PauseDesk:
         if problem is not None:
             raise refused(problem)
 
+    def check_edit(self, request: EditRequest) -> None:
+        """Refuse an edit of a subtask that is not paused here, or changes that cannot be
+        made (no field, an empty description, an agent the plan lacks, a bad model)."""
+        self.check_paused(SubtaskRequest(subtask=request.subtask))
+        problems = change_problems(request.subtask, request.changes, self.agents)
+        if problems:
+            raise refused("; ".join(problems))
+
+    def edit(self, request: EditRequest) -> str:
+        """Change the paused subtask, then run it again (on a fresh branch, as resume)."""
+        fields = ", ".join(request.changes.fields)
+        self.apply_edit(request.subtask, request.changes)
+        self._resume(request.subtask)
+        self._logged(
+            "edited", request, subtask=request.subtask, detail=f"changed {fields}; resumed"
+        )
+        workflow.logger.info("subtask %s edited by %s", request.subtask, request.by or "?")
+        return f"subtask {request.subtask!r} changed ({fields}) and resumed"
+
     def resume(self, request: SubtaskRequest) -> str:
         self._resume(request.subtask)
         self._logged("resumed", request, subtask=request.subtask)
@@ -223,8 +251,8 @@ class PauseDesk:
 
     def _logged(
         self,
-        kind: Literal["resumed", "skipped", "budget"],
-        request: SubtaskRequest | BudgetRequest,
+        kind: Literal["resumed", "skipped", "budget", "edited"],
+        request: SubtaskRequest | BudgetRequest | EditRequest,
         *,
         subtask: str = "",
         detail: str = "",
@@ -309,6 +337,15 @@ class PauseHandlers:
     @skip_subtask.validator
     def _validate_skip(self, request: SubtaskRequest) -> None:
         self.pause_desk.check_paused(request)
+
+    @workflow.update(name=EDIT_UPDATE)
+    def edit_subtask(self, request: EditRequest) -> str:
+        """Change a paused subtask (description, agent, model) and run it again."""
+        return self.pause_desk.edit(request)
+
+    @edit_subtask.validator
+    def _validate_edit(self, request: EditRequest) -> None:
+        self.pause_desk.check_edit(request)
 
     @workflow.update(name=RAISE_BUDGET_UPDATE)
     def raise_budget(self, request: BudgetRequest) -> list[str]:

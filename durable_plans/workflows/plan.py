@@ -87,7 +87,11 @@ with workflow.unsafe.imports_passed_through():
         SubtaskStatus,
         Usage,
     )
-    from durable_plans.domain.operations import CARRIED_STATE_QUERY
+    from durable_plans.domain.operations import (
+        CARRIED_STATE_QUERY,
+        SUBTASK_QUERY,
+        SubtaskChanges,
+    )
     from durable_plans.domain.plan_data import (
         CARRIED_SUBTASKS,
         PACKED_FIELD,
@@ -229,8 +233,14 @@ class PlanWorkflow(PauseHandlers):
         # The decisions taken on the plan, with who and when (``domain/plan_log.py``).
         self._log = PlanLog()
         self.pause_desk = PauseDesk(
-            wake=self._wake, spent=lambda: self._progress_report().usage, log=self._log
+            wake=self._wake,
+            spent=lambda: self._progress_report().usage,
+            log=self._log,
+            apply_edit=self._edit_subtask,
         )
+        # Subtasks an operator changed while paused (``edit_subtask``): their definitions
+        # from then on, carried by continue-as-new and retry.
+        self._edited: dict[str, Subtask] = {}
         # The workspace kept in git: the base commit every tree starts from, and what the
         # plan published when it ended.
         self._base: str | None = None
@@ -311,7 +321,8 @@ class PlanWorkflow(PauseHandlers):
                 rows.append(done)
             elif every or st.id in self._prior:
                 status = SubtaskStatus.RUNNING if st.id in self._running else SubtaskStatus.PENDING
-                row = SubtaskResult(id=st.id, status=status, agent=st.agent)
+                agent = self._edited[st.id].agent if st.id in self._edited else st.agent
+                row = SubtaskResult(id=st.id, status=status, agent=agent)
                 rows.append(self._with_prior(row) if st.id in self._prior else row)
         return rows
 
@@ -385,8 +396,28 @@ class PlanWorkflow(PauseHandlers):
             raise ApplicationError("the plan has not started yet")
         return self._carry(self._inp)
 
+    def _edit_subtask(self, sid: str, changes: SubtaskChanges) -> None:
+        edited = self._subtasks[sid].model_copy(
+            update={name: getattr(changes, name) for name in changes.fields}
+        )
+        self._subtasks[sid] = self._edited[sid] = edited
+
+    @workflow.query(name=SUBTASK_QUERY)
+    def subtask_definition(self, sid: str) -> Subtask:
+        """The subtask as it runs now: an operator's edit included (the run's input, which
+        the page reads, holds it as the plan started)."""
+        found = self._subtasks.get(sid)
+        if found is None:
+            raise ApplicationError(f"no subtask {sid!r}")
+        return found
+
     def _carry(self, inp: PlanInput) -> PlanInput:
         plan = inp.plan
+        if self._edited:
+            edited = self._edited
+            plan = plan.model_copy(
+                update={"subtasks": tuple(edited.get(s.id, s) for s in plan.subtasks)}
+            )
         return PlanInput(
             plan=plan,
             agents=inp.agents,
@@ -607,6 +638,7 @@ class PlanWorkflow(PauseHandlers):
             self._prior,
             budget=inp.budget or plan.budget,
             paused_since=inp.paused_since,
+            agents=frozenset(catalog.names()),
         )
         self._inp = inp
         self._started_at_s = inp.started_at_s or workflow.now().timestamp()

@@ -21,11 +21,14 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.cli.list_command import list_command
-from durable_plans.cli.operate_command import budget_command, subtask_command
+from durable_plans.cli.operate_command import budget_command, edit_command, subtask_command
+from durable_plans.client import Client as PlansClient
 from durable_plans.client._plans import plan_status
 from durable_plans.client._visibility import list_plans
 from durable_plans.domain import search_attributes as sa
+from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Budget, Plan, PlanReport, PlanStatus, SubtaskStatus
+from durable_plans.domain.operations import CARRIED_STATE_QUERY
 from durable_plans.testing import FakeProvider
 from tests.integration.chaos_support import DevServer
 from tests.integration.conftest import provider_settings, running_worker
@@ -230,6 +233,53 @@ async def test_operator_requests_are_validated(
     ]
     # A finished plan takes no more decisions.
     assert "is not running" in await refused("resume", "c")
+
+
+async def test_a_paused_subtask_is_edited_and_runs_again_while_the_plan_goes_on(
+    rig: Rig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``dplan edit``: what cannot be right is refused, nothing changed; an edit that
+    drops the failing part runs the subtask again, its dependent after it, and the edit
+    travels with the plan (one completion per run: it continues as new around it)."""
+    plan = pausing(make_plan(PLAN, prefix="pause-edit"))
+    handle = await rig.start(plan, max_completions_per_run=1)
+    await until(handle, paused_on("c", "a", "e"))
+
+    async def edit(*words: str, subtask: str = "c") -> tuple[int, str]:
+        code = await edit_command(
+            plan.id, subtask, list(words), operator="ops@test", settings=rig.settings
+        )
+        said = capsys.readouterr()
+        return code, said.out + said.err
+
+    code, said = await edit()
+    assert code == 2 and "name a change" in said
+    code, said = await edit("colour=red")
+    assert code == 2 and "colour" in said
+    code, said = await edit("agent=nobody")
+    assert code == 1 and "unknown agent 'nobody'" in said, said
+    code, said = await edit("description=Again", subtask="a")
+    assert code == 1 and "is not paused (it is completed)" in said, said
+    assert by_id(await plan_status(rig.client, plan.id))["c"].status is SubtaskStatus.PAUSED
+
+    fixed = "task-c Call the weather API from its cache"
+    code, said = await edit(f"description={fixed}")
+    assert code == 0 and "subtask 'c' changed (description) and resumed" in said, said
+    final = await handle.result()
+    assert final.status is PlanStatus.COMPLETED
+    rows = by_id(final)
+    assert rows["c"].retries == 1 and rows["d"].status is SubtaskStatus.COMPLETED
+    assert [(e.kind, e.subtask, e.by, e.detail) for e in final.log] == [
+        ("paused", "c", "", final.log[0].detail),
+        ("edited", "c", "ops@test", "changed description; resumed"),
+    ]
+    # The plan as it ended holds the edit (what a retry would start from).
+    carried = await handle.query(CARRIED_STATE_QUERY, result_type=PlanInput)
+    assert {s.id: s.description for s in carried.plan.subtasks}["c"] == fixed
+    plans = PlansClient(rig.client, rig.settings)
+    current = await plans.current_subtask(plan.id, "c")
+    assert current is not None and current.description == fixed
+    assert await plans.current_subtask(plan.id, "zz") is None
 
 
 async def test_budget_pause_then_raise_completes(

@@ -483,6 +483,46 @@ async def test_the_log_lists_every_decision_taken_from_the_page(
     assert budget.detail == "max_tokens 1,000,000,000"
 
 
+async def test_a_paused_subtask_is_edited_and_run_again_from_its_panel(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """A failure that would repeat: the paused subtask's panel changes its description
+    and runs it again; the plan completes, the log says who edited what."""
+    plan = make_plan(
+        [("bad", "Break it [fail:400]", []), ("dep", "After", ["bad"])], prefix="ui-edit"
+    ).model_copy(update={"on_failure": "pause"})
+    handle = await harness.start(plan)
+    async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
+        await open_page(cdp, f"{ui.url}#/plan/{plan.id}/bad")
+        form = "#edit-form"
+        await cdp.wait_for(
+            "document.getElementById('panel').dataset.status === 'paused' && "
+            f"document.querySelector('{form}') !== null",
+            timeout_s=WAIT_S,
+        )
+        await cdp.screenshot(tmp_path / "ui-edit-paused.png")
+        await click(cdp, f'{form} button[data-action="edit"]')  # nothing changed yet
+        await flashed(cdp, "change the description, agent or model first")
+        await set_value(cdp, f'{form} textarea[name="description"]', "Fixed now")
+        await click(cdp, f'{form} button[data-action="edit"]')
+        await flashed(cdp, "subtask 'bad' changed (description) and resumed")
+        report = await asyncio.wait_for(handle.result(), timeout=WAIT_S)
+        await cdp.wait_for(
+            "document.getElementById('plan-status').dataset.status === 'completed'",
+            timeout_s=WAIT_S,
+        )
+    assert report.status is PlanStatus.COMPLETED
+    assert by_id(report)["bad"].retries == 1
+    assert [(e.kind, e.by) for e in report.log] == [
+        ("paused", ""),
+        ("edited", default_operator()),
+    ]
+    users = [
+        m.content for m in await subtask_messages(harness.store, report, "bad") if m.role == "user"
+    ]
+    assert "Fixed now" in (users[0] or "") and "[fail:400]" not in (users[0] or "")
+
+
 # --------------------------------------------------------------------------- runs
 
 

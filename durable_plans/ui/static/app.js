@@ -412,6 +412,10 @@
       if (wasOpen !== Boolean(id)) this.graph.fit();
     }
 
+    flash(text, isError) {
+      if (!this.gone) flash(text, isError);
+    }
+
     async act(action, body) {
       flash("…");
       try {

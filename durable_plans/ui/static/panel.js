@@ -76,30 +76,44 @@
         " ",
         h("button", { type: "button", class: "danger", data: { action: "skip" }, onclick: () => page.act("skip", { subtask: sid }) }, "skip"),
       );
+      // A failure that would repeat: change what it runs with, then run it again now.
+      box.append(h("h3", {}, "edit and run again"), editForm(def, "edit-form", "edit",
+        "change and run again", (change) => {
+          if (!Object.keys(change).length) { page.flash("change the description, agent or model first", true); return; }
+          page.act("edit", { subtask: sid, changes: change });
+        }));
     }
     if (!planOpen) {
-      const description = h("textarea", { name: "description", rows: "4" });
-      description.value = def.description;
-      const agent = h("input", { name: "agent", placeholder: def.agent });
-      const model = h("input", { name: "model", placeholder: "model (default: the agent's)" });
-      const form = h("form", { class: "control", id: "rerun-form" },
-        h("label", {}, "description", description),
-        h("label", {}, "agent ", agent),
-        h("label", {}, "model ", model),
-        h("button", { type: "submit", class: "primary", data: { action: "rerun" } }, "edit and re-run (with its dependents)"),
-      );
-      form.addEventListener("submit", (ev) => {
-        ev.preventDefault();
-        const change = {};
-        if (description.value !== def.description) change.description = description.value;
-        if (agent.value.trim()) change.agent = agent.value.trim();
-        if (model.value.trim()) change.model = model.value.trim();
-        const body = Object.keys(change).length ? { subtasks: [sid], changes: { [sid]: change } } : { subtasks: status === "completed" ? [sid] : [] };
-        page.act("retry", body);
-      });
-      box.append(h("h3", {}, "edit and re-run"), form);
+      box.append(h("h3", {}, "edit and re-run"), editForm(def, "rerun-form", "rerun",
+        "edit and re-run (with its dependents)", (change) => {
+          const body = Object.keys(change).length ? { subtasks: [sid], changes: { [sid]: change } } : { subtasks: status === "completed" ? [sid] : [] };
+          page.act("retry", body);
+        }));
     }
     return box;
+  }
+
+  /* A form for a subtask's description, agent and model; ``submit`` gets what changed. */
+  function editForm(def, id, action, label, submit) {
+    const description = h("textarea", { name: "description", rows: "4" });
+    description.value = def.description;
+    const agent = h("input", { name: "agent", placeholder: def.agent });
+    const model = h("input", { name: "model", placeholder: "model (default: the agent's)" });
+    const form = h("form", { class: "control", id },
+      h("label", {}, "description", description),
+      h("label", {}, "agent ", agent),
+      h("label", {}, "model ", model),
+      h("button", { type: "submit", class: "primary", data: { action } }, label),
+    );
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const change = {};
+      if (description.value !== def.description) change.description = description.value;
+      if (agent.value.trim()) change.agent = agent.value.trim();
+      if (model.value.trim()) change.model = model.value.trim();
+      submit(change);
+    });
+    return form;
   }
 
   async function showSubtask(page, sid) {
