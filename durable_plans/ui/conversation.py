@@ -12,16 +12,23 @@ attempt).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from durable_plans.client import Client, DurablePlansError
-from durable_plans.domain.ids import attempt_key, branch_session_id, plan_run_id, plan_session_id
+from durable_plans.domain.ids import (
+    attempt_key,
+    branch_session_id,
+    merged_result_id,
+    plan_run_id,
+    plan_session_id,
+)
 from durable_plans.domain.models import Message, Plan, SubtaskResult
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.session_store import SessionNotFound, SessionStoreError
 from durable_plans.session_store.factory import describe_store_target
 
-__all__ = ["Conversations", "message_json", "running_session_id"]
+__all__ = ["Conversations", "merged_results", "message_json", "running_session_id"]
 
 MAX_TEXT_CHARS = 20_000
 
@@ -35,9 +42,12 @@ def _text(value: str | None) -> str | None:
     return text
 
 
-def message_json(message: Message) -> dict[str, Any]:
+def message_json(message: Message, from_subtask: str | None = None) -> dict[str, Any]:
+    """A message as the page shows it; ``from_subtask`` names the subtask whose result it
+    is, for a result merged into the plan's conversation before this subtask began."""
     return {
         "id": message.id,
+        "from_subtask": from_subtask,
         "role": message.role,
         "content": _text(message.content),
         "tool_calls": [
@@ -62,6 +72,19 @@ def message_json(message: Message) -> dict[str, Any]:
     }
 
 
+def merged_results(plan: Plan, first_run_ids: Iterable[str]) -> dict[str, str]:
+    """The ids the plan's subtasks' results have once merged into its conversation, by
+    run (each run of a plan names its merges after its first execution), to the subtask:
+    an earlier subtask's result shows in a later one's conversation as a plain assistant
+    message, and this says whose it is."""
+    out: dict[str, str] = {}
+    for first_run in dict.fromkeys(first_run_ids):
+        run_id = plan_run_id(plan.id, first_run)
+        for subtask in plan.subtasks:
+            out[merged_result_id(run_id, subtask.id)] = subtask.id
+    return out
+
+
 def running_session_id(plan: Plan, first_run_id: str, result: SubtaskResult) -> str:
     """The branch a subtask works on before the report names it."""
     return branch_session_id(
@@ -78,8 +101,12 @@ class Conversations:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    async def messages(self, session_id: str) -> dict[str, Any]:
-        """``{"session_id", "messages"}`` or ``{"session_id", "unavailable": why}``."""
+    async def messages(
+        self, session_id: str, sources: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """``{"session_id", "messages"}`` or ``{"session_id", "unavailable": why}``;
+        ``sources`` maps merged results' ids to their subtasks (``merged_results``)."""
+        sources = sources or {}
         try:
             messages = await self._client.messages(session_id)
         except SessionNotFound:
@@ -91,7 +118,10 @@ class Conversations:
             }
         except (SessionStoreError, DurablePlansError, OSError) as err:
             return {"session_id": session_id, "unavailable": f"session store: {err}"}
-        return {"session_id": session_id, "messages": [message_json(m) for m in messages]}
+        return {
+            "session_id": session_id,
+            "messages": [message_json(m, sources.get(m.id)) for m in messages],
+        }
 
     async def close(self) -> None:
         await self._client.close()

@@ -38,11 +38,11 @@ from durable_plans.client import (
     operator_action,
 )
 from durable_plans.domain.ids import subtask_workflow_id
-from durable_plans.domain.models import SubtaskResult, SubtaskStatus
+from durable_plans.domain.models import Plan, SubtaskResult, SubtaskStatus
 from durable_plans.domain.operations import SubtaskChanges
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.temporal_client import ui_base_for, web_url
-from durable_plans.ui.conversation import Conversations, running_session_id
+from durable_plans.ui.conversation import Conversations, merged_results, running_session_id
 from durable_plans.ui.diff import subtask_diff
 from durable_plans.ui.security import UiSecurity, harden
 from durable_plans.ui.views import (
@@ -258,7 +258,9 @@ async def _subtask(request: web.Request) -> Json:
     if session_id is None and result is not None and result.status in _WORKING:
         session_id = running_session_id(plan, definitions.first_run.get(plan_id, ""), result)
     conversation = (
-        await request.app[_CONVERSATIONS].messages(session_id)
+        await request.app[_CONVERSATIONS].messages(
+            session_id, await _merged_sources(client, plan, definitions)
+        )
         if session_id
         else {"unavailable": _never_started(result)}
     )
@@ -276,6 +278,20 @@ async def _subtask(request: web.Request) -> Json:
             None if run else await _started_url(client, subtask_workflow_id(plan_id, sid))
         ),
     }
+
+
+async def _merged_sources(
+    client: Client, plan: Plan, definitions: PlanDefinitions
+) -> dict[str, str]:
+    """Merged results' ids to their subtasks, for every run of the plan (a retry's
+    conversation holds what earlier runs merged); the latest run's alone when the runs
+    cannot be listed."""
+    try:
+        first_runs = [r.first_run_id for r in await client.runs(plan.id)]
+    except (DurablePlansError, RPCError):
+        first_runs = []
+    latest = definitions.first_run.get(plan.id)
+    return merged_results(plan, [*first_runs, *([latest] if latest else [])])
 
 
 # Statuses of a subtask at work on its branch before the report names it.

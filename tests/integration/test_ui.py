@@ -568,6 +568,13 @@ async def test_each_run_of_a_retried_plan_opens_its_own_report_and_conversations
         assert options[1].startswith("run 1 of 2 · failed · "), options
         await cdp.wait_for(status_is.format("completed"), timeout_s=WAIT_S)
         await cdp.wait_for(f"{conversation_text()}.includes('Fixed now')", timeout_s=WAIT_S)
+        # ok's result, merged in the first run, is in the retry's conversations: labelled.
+        merged = await cdp.evaluate(
+            "[...document.querySelectorAll('#conversation .msg.merged .from-subtask')]"
+            ".map((e) => e.textContent)"
+        )
+        assert merged == ["ok"], merged
+        assert "assistant · the result of subtask ok" in await cdp.evaluate(conversation_text())
 
         # The first run, chosen from the list: its own report, read only.
         await cdp.evaluate(

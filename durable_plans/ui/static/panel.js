@@ -32,6 +32,11 @@
   function messageView(m) {
     const box = h("div", { class: "msg " + m.role });
     const label = h("div", { class: "role" }, m.role + (m.name ? ` (${m.name})` : ""));
+    // Another subtask's result, merged into the plan's conversation before this one began.
+    if (m.from_subtask) {
+      box.classList.add("merged");
+      label.append(" · the result of subtask ", h("span", { class: "from-subtask" }, m.from_subtask));
+    }
     // The call's id as the assistant's line gives it (ids are case-sensitive).
     if (m.tool_call_id) label.append(" ← ", h("span", { class: "call-id" }, m.tool_call_id));
     box.append(label);
