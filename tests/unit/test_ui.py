@@ -14,12 +14,11 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from durable_plans.cli.main import main
 from durable_plans.domain.ids import merged_result_id, plan_run_id
-from durable_plans.domain.models import Message
+from durable_plans.domain.models import Message, Plan, Subtask
 from durable_plans.ui import UiSecurity, is_local_host
 from durable_plans.ui.conversation import merged_results, message_json
 from durable_plans.ui.security import CSRF_HEADER, TOKEN_COOKIE, token_problem
 from durable_plans.ui.server import static_dir
-from tests.integration.plans import make_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "a-token-long-enough-1234"
@@ -190,7 +189,10 @@ def test_the_package_data_ships_every_static_file() -> None:
 def test_merged_results_are_named_after_their_subtask_in_every_run() -> None:
     """An earlier subtask's result in a later one's conversation is a plain assistant
     message; its id, as each run names its merges, says whose it is."""
-    plan = make_plan([("a", "A", []), ("b", "B", ["a"])], prefix="merged")
+    plan = Plan(
+        id="merged",
+        subtasks=(Subtask(id="a", description="A"), Subtask(id="b", description="B")),
+    )
     sources = merged_results(plan, ["run-1", "run-2", "run-1"])
     assert len(sources) == 4 and sorted(set(sources.values())) == ["a", "b"]
     first = merged_result_id(plan_run_id(plan.id, "run-1"), "a")
