@@ -779,8 +779,11 @@ EDGES_UNDER_NODES = """(() => {
     for (let i = 1; i < pts.length; i++) {
       const [x0, y0] = pts[i - 1], [x1, y1] = pts[i];
       const steps = Math.max(1, Math.ceil(Math.hypot(x1 - x0, y1 - y0) / 2));
+      const [lx, hx] = [Math.min(x0, x1), Math.max(x0, x1)];
+      const [ly, hy] = [Math.min(y0, y1), Math.max(y0, y1)];
       for (const b of boxes) {
         if (b.id === p.dataset.from || b.id === p.dataset.to) continue;
+        if (hx <= b.x || lx >= b.x + b.w || hy <= b.y || ly >= b.y + b.h) continue;
         for (let k = 0; k <= steps; k++) {
           const x = x0 + (x1 - x0) * k / steps, y = y0 + (y1 - y0) * k / steps;
           if (x > b.x && x < b.x + b.w && y > b.y && y < b.y + b.h) {
@@ -793,6 +796,11 @@ EDGES_UNDER_NODES = """(() => {
   return [...new Set(bad)].slice(0, 10);
 })()"""
 
+VIEW_SCALE = (
+    "Number(/scale\\(([\\d.]+)\\)/.exec("
+    "document.getElementById('viewport').getAttribute('transform'))[1])"
+)
+
 TEXTS_OVERFLOWING = (
     "[...document.querySelectorAll('#graph g.node')].flatMap((g) => {"
     " const room = Number(g.querySelector('rect.box').getAttribute('width')) - 16;"
@@ -801,19 +809,22 @@ TEXTS_OVERFLOWING = (
 )
 
 
+@pytest.mark.parametrize("size", [200, 1000])
 async def test_every_label_fits_its_box_collapsed_and_expanded(
-    harness: Harness, tmp_path: Path
+    harness: Harness, tmp_path: Path, size: int
 ) -> None:
-    """A plan of 200 subtasks, its second layer of 199 collapsed into one node at first:
-    every line of every node fits its box, before and after *expand layers*. Its first
-    subtask is held, so the rest wait: the page draws them from the plan."""
+    """A plan of 200 (1,000) subtasks, its second layer of 199 (999) collapsed into one
+    node at first: every line of every node fits its box, before and after *expand
+    layers*; the expanded layer wraps into a block, not a strip, with no edge under a node;
+    a search goes to its subtask, drawn readably. Its first subtask is held, so the rest
+    wait: the page draws them from the plan."""
     assert isinstance(harness.provider, GatedProvider)
     held = harness.provider.gate("root", 99, first_call_of("Look at the repository first"))
     subtasks = [Subtask(id="root", description="Look at the repository first")]
     subtasks += [
         Subtask(id=f"module-{i:03}-with-a-long-name", description=f"Port module {i}",
                 depends_on=("root",))
-        for i in range(199)
+        for i in range(size - 1)
     ]  # fmt: skip
     plan = make_plan([("x", "x", [])], prefix="ui-big").model_copy(
         update={"subtasks": tuple(subtasks)}
@@ -825,19 +836,46 @@ async def test_every_label_fits_its_box_collapsed_and_expanded(
             group = await cdp.evaluate(
                 "document.querySelector('#graph g.node.group text.title').textContent"
             )
-            assert group == "▸ layer 2 · 199 subtasks"
+            assert group == f"▸ layer 2 · {size - 1} subtasks"
             assert await cdp.evaluate(TEXTS_OVERFLOWING) == []
             await click(cdp, "#expand-all")
-            await cdp.wait_for("document.querySelectorAll('#graph g.node').length === 200")
+            await cdp.wait_for(
+                f"document.querySelectorAll('#graph g.node').length === {size}",
+                timeout_s=WAIT_S,
+            )
             assert await cdp.evaluate(TEXTS_OVERFLOWING) == []
             # Readable once fitted: the wide layer wraps into rows, no edge under a node.
             assert await cdp.evaluate(EDGES_UNDER_NODES) == []
-            scale = await cdp.evaluate(
-                "Number(/scale\\(([\\d.]+)\\)/.exec("
-                "document.getElementById('viewport').getAttribute('transform'))[1])"
+            width, height = await cdp.evaluate(
+                "(() => { const b = document.getElementById('viewport').getBBox(); "
+                "return [b.width, b.height]; })()"
             )
-            assert scale >= 0.3, scale  # a 220 px box at least 66 px wide on screen
-            await cdp.screenshot(tmp_path / "ui-big-expanded.png")
+            assert 0.25 <= width / height <= 4, (width, height)  # a block, never a strip
+            if size <= 200:
+                scale = await cdp.evaluate(VIEW_SCALE)
+                assert scale >= 0.3, scale  # a 220 px box at least 66 px wide on screen
+            await cdp.screenshot(tmp_path / f"ui-big-{size}-expanded.png")
+            # A search goes to its subtask: in view, at a readable scale.
+            found = f"module-{size // 2:03}-with-a-long-name"
+            await set_value(cdp, "#search", found)
+            await cdp.evaluate(
+                "document.getElementById('search').dispatchEvent("
+                "new KeyboardEvent('keydown', {key: 'Enter', bubbles: true}))"
+            )
+            await cdp.wait_for(
+                f"document.getElementById('panel').dataset.subtask === {json.dumps(found)}",
+                timeout_s=WAIT_S,
+            )
+            assert await cdp.evaluate(VIEW_SCALE) >= 0.8
+            inside = await cdp.evaluate(
+                "(() => { const n = document.querySelector("
+                f"'#graph g.node[data-id=\"{found}\"] rect.box').getBoundingClientRect(); "
+                "const v = document.getElementById('graph').getBoundingClientRect(); "
+                "return n.left >= v.left && n.right <= v.right && "
+                "n.top >= v.top && n.bottom <= v.bottom; })()"
+            )
+            assert inside, "the found subtask is not in view"
+            await cdp.screenshot(tmp_path / f"ui-big-{size}-found.png")
     finally:
         await handle.terminate("test over")
         held.release()  # the worker stops without waiting out the held call
