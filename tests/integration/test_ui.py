@@ -451,6 +451,8 @@ async def test_the_log_lists_every_decision_taken_from_the_page(
             want = ["paused", "resumed", "paused", "skipped", "budget", "cancelled", "retried"]
             report = await log_kinds_until(client, plan.id, [*want, "paused"])
 
+            # The open panel follows the new run: its subtask is paused again, not failed.
+            await cdp.wait_for(panel_paused.format("resume"), timeout_s=WAIT_S)
             await click(cdp, '#toolbar .tab[data-view="log"]')
             rows_js = (
                 "[...document.querySelectorAll('#log-table tbody tr')].map((tr) => "
@@ -458,7 +460,7 @@ async def test_the_log_lists_every_decision_taken_from_the_page(
             )
             await cdp.wait_for(f"{rows_js}.length === {len(report.log)}", timeout_s=WAIT_S)
             shown = await cdp.evaluate(rows_js)
-            await cdp.screenshot(tmp_path / "ui-log.png")
+            await cdp.screenshot(tmp_path / "ui-log.png", scale=0.6)  # docs/plan-log.png
     finally:
         held.release()
         with contextlib.suppress(Exception):
@@ -602,7 +604,7 @@ async def test_each_run_of_a_retried_plan_opens_its_own_report_and_conversations
         assert await cdp.evaluate("document.getElementById('subtask-controls').textContent") == (
             "an earlier run: act on the latest run"
         )
-        await cdp.screenshot(tmp_path / "ui-earlier-run.png")
+        await cdp.screenshot(tmp_path / "ui-earlier-run.png", scale=0.6)  # docs/plan-runs.png
 
         # Back to the latest from the note's link.
         await click(cdp, "#plan-run-note a")

@@ -442,6 +442,8 @@
       this.redraw();
       this.paintHead();
       this.connect();
+      // The open subtask as the new run has it (a retried one is no longer failed).
+      if (this.selected) this.soonPanel();
     }
 
     stop() {
