@@ -71,6 +71,9 @@ class PlanSummary:
     goal: str | None
     # Subtasks paused on a failure and why ({id: "Type: message"}), from the memo.
     paused: dict[str, str] | None = None
+    # The execution listed: a retried plan is listed once per run, each its last
+    # execution (``Client.status(plan, run=...)`` reads that run's report).
+    run_id: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -168,6 +171,7 @@ async def _row(execution: WorkflowExecution) -> PlanSummary:
         duration_s=(closed - execution.start_time).total_seconds() if closed else None,
         goal=goal if isinstance(goal, str) else None,
         paused=paused or None,
+        run_id=execution.run_id,
     )
 
 

@@ -611,6 +611,24 @@ async def test_each_run_of_a_retried_plan_opens_its_own_report_and_conversations
         await cdp.wait_for(status_is.format("completed"), timeout_s=WAIT_S)
         assert await cdp.evaluate("document.getElementById('plan-run-note').hidden")
 
+        # The plans list has a row per run, each opening its own.
+        await cdp.call("Page.navigate", url=f"{ui.url}#/")
+        rows = f"document.querySelectorAll('#plans tr[data-plan=\"{plan.id}\"] a')"
+        await cdp.wait_for(f"{rows}.length === 2", timeout_s=WAIT_S)  # visibility lags
+        await cdp.evaluate(f"{rows}[1].click()")  # newest first: the first run
+        await cdp.wait_for(status_is.format("failed"), timeout_s=WAIT_S)
+        note = "document.getElementById('plan-run-note')"
+        await cdp.wait_for(f"!{note}.hidden", timeout_s=WAIT_S)
+        await cdp.call("Page.navigate", url=f"{ui.url}#/")
+        await cdp.wait_for(f"{rows}.length === 2", timeout_s=WAIT_S)
+        await cdp.evaluate(f"{rows}[0].click()")  # the latest, by its run id at first
+        await cdp.wait_for(
+            f"location.hash === '#/plan/{plan.id}' && "
+            "document.getElementById('plan-status').dataset.status === 'completed'",
+            timeout_s=WAIT_S,
+        )
+        assert await cdp.evaluate(f"{note}.hidden")
+
 
 # --------------------------------------------------------------------------- edit and re-run
 

@@ -68,7 +68,10 @@
     const now = Date.now();
     for (const r of rows) {
       const dur = r.duration_s !== null ? r.duration_s : (now - Date.parse(r.started)) / 1000;
-      const link = P.h("a", { href: "#/plan/" + encodeURIComponent(r.plan_id) }, r.plan_id);
+      // A retried plan has a row per run: each opens its own (a closed one by its run id;
+      // the page drops the id again when that run is the latest).
+      const run = r.status !== "running" && r.status !== "paused" && r.run_id ? "?run=" + encodeURIComponent(r.run_id) : "";
+      const link = P.h("a", { href: "#/plan/" + encodeURIComponent(r.plan_id) + run }, r.plan_id);
       const cells = [
         link, P.badge(r.status), r.goal || "",
         `${r.completed === null ? "–" : r.completed}/${r.total === null ? "?" : r.total}`,
@@ -166,6 +169,11 @@
       if (this.gone) return;
       const select = $("plan-runs");
       const shown = this.run ? runs.find((r) => r.run_id === this.run) : runs.find((r) => r.latest);
+      if (this.run && shown && shown.latest) {
+        // The latest run, named by its id (a row of the plans list): open it as the plan.
+        location.replace(this.href(this.selected).replace(/\?run=[^/]*$/, ""));
+        return;
+      }
       select.replaceChildren(...runs.slice().reverse().map((r) => P.h("option", {
         value: r.latest ? "" : r.run_id,
         data: { number: String(r.number), status: r.status },
