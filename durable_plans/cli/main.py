@@ -565,6 +565,13 @@ def cmd_schemas(args: argparse.Namespace) -> int:
 # What an operator does when a plan failed or paused (cli/operate_command.py).
 
 
+def _add_set_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """``--set FIELD=VALUE``: a subtask's new description, agent or model."""
+    parser.add_argument(
+        "--set", dest="changes", action="append", default=[], metavar="FIELD=VALUE", help=help_text
+    )
+
+
 def _add_retry_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "retry",
@@ -587,16 +594,10 @@ def _add_retry_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         metavar="ID",
         help="also re-run this completed subtask and its dependents (repeatable)",
     )
-    parser.add_argument(
-        "--set",
-        dest="changes",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help=(
-            "edit and re-run: change a field (description, agent or model) of each "
-            "--subtask given, before it runs again (repeatable)"
-        ),
+    _add_set_option(
+        parser,
+        "edit and re-run: change a field (description, agent or model) of each --subtask "
+        "given, before it runs again (repeatable)",
     )
     add_operator_option(parser)
     _add_embedded_option(parser)
@@ -657,14 +658,7 @@ def _add_edit_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     )
     parser.add_argument("plan_id", metavar="PLAN", help="the plan (workflow) id")
     parser.add_argument("subtask", metavar="SUBTASK", help="the paused subtask's id")
-    parser.add_argument(
-        "--set",
-        dest="changes",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="a field to change: description, agent or model (repeatable)",
-    )
+    _add_set_option(parser, "a field to change: description, agent or model (repeatable)")
     add_operator_option(parser)
     parser.set_defaults(handler=cmd_edit)
 

@@ -64,10 +64,7 @@ async def edit_command(
     async def body() -> int:
         if not assignments:
             raise Usage("error: name a change: --set description=..., agent=... or model=...")
-        try:
-            changes = SubtaskChanges.parse(assignments)
-        except OperatorError as error:
-            raise Usage(f"error: {error}") from None
+        changes = parsed_changes(assignments)
         client = await Client.connect(read_settings(settings), operator=operator)
         print(await client.edit(plan_id, subtask, changes))
         return Exit.OK
@@ -123,6 +120,15 @@ async def cancel_command(plan_id: str, *, settings: Settings | None = None) -> i
     return await reported(body())
 
 
+def parsed_changes(assignments: list[str]) -> SubtaskChanges:
+    """``--set field=value`` words as changes; ``Usage`` (exit 2) for a word that is not
+    field=value, an unknown field or a field set twice."""
+    try:
+        return SubtaskChanges.parse(assignments)
+    except OperatorError as error:
+        raise Usage(f"error: {error}") from None
+
+
 def retry_changes(
     subtasks: list[str], assignments: list[str], settings: Settings
 ) -> dict[str, SubtaskChanges]:
@@ -134,10 +140,7 @@ def retry_changes(
         return {}
     if not subtasks:
         raise Usage("error: --set changes a subtask: name it with --subtask ID")
-    try:
-        change = SubtaskChanges.parse(assignments)
-    except OperatorError as error:
-        raise Usage(f"error: {error}") from None
+    change = parsed_changes(assignments)
     return check_changes(dict.fromkeys(subtasks, change), agents_of(settings))
 
 
