@@ -8,11 +8,13 @@ server that does not say, right after an execution that did not continue as new.
 report is its chain's last execution's; ``Client.status(plan, run=...)`` reads it.
 
 Listed from visibility (eventually consistent); the latest execution is described
-directly as well, so a retry started a moment ago is never missing.
+directly as well, so a retry started a moment ago is never missing, and so is any other
+the listing still calls running (it closed a moment ago).
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -60,6 +62,18 @@ async def plan_runs(client: Client, plan_id: str) -> list[RunSummary]:
     query = f"WorkflowId = '{plan_id}'"  # a plan id is letters, digits and _.- only
     async for execution in client.list_workflows(query, limit=MAX_LISTED):
         found.setdefault(execution.run_id, execution)
+    # Only the latest execution can be running: one listed so has closed since, and the
+    # listing has not caught up (a retry a moment after its run ended, a continue-as-new
+    # just done). Described, its status is the server's own.
+    stale = [
+        run_id
+        for run_id, e in found.items()
+        if e.status == WorkflowExecutionStatus.RUNNING and run_id != latest.run_id
+    ]
+    described = await asyncio.gather(
+        *(client.get_workflow_handle(plan_id, run_id=run_id).describe() for run_id in stale)
+    )
+    found.update(zip(stale, described, strict=True))
     ordered = sorted(found.values(), key=lambda e: (e.start_time, e.run_id))
     chains: list[list[WorkflowExecution]] = []
     for execution in ordered:
