@@ -29,7 +29,7 @@ from temporalio.exceptions import ApplicationError
 from durable_plans._errors import InvalidArgument, OperatorError, Refused
 from durable_plans.client._plans import describe_plan, plan_input_arg, query_plan
 from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
-from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput
+from durable_plans.domain.contracts import PLAN_TASK_TIMEOUT, PLAN_WORKFLOW, PlanInput
 from durable_plans.domain.failures import describe_failure
 from durable_plans.domain.models import PlanReport
 from durable_plans.domain.operations import (
@@ -199,6 +199,7 @@ async def start_retry(
         id=plan_id,
         task_queue=task_queue,
         result_type=PlanReport,
+        task_timeout=PLAN_TASK_TIMEOUT,
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         static_summary=summary,

@@ -49,7 +49,7 @@ from durable_plans._errors import (
 from durable_plans.activities.plan_data import put_data
 from durable_plans.connection import QUERY_RPC_TIMEOUT
 from durable_plans.domain.agents import AgentCatalog
-from durable_plans.domain.contracts import PLAN_WORKFLOW, PlanInput
+from durable_plans.domain.contracts import PLAN_TASK_TIMEOUT, PLAN_WORKFLOW, PlanInput
 from durable_plans.domain.failures import FailureType, read_plan_report
 from durable_plans.domain.inputs import plan_input_from_value
 from durable_plans.domain.models import DeliveryOutcome, Plan, PlanReport, SubtaskStatus
@@ -134,6 +134,7 @@ async def start_plan(
             id=plan.id,
             task_queue=settings.task_queue,
             result_type=PlanReport,
+            task_timeout=PLAN_TASK_TIMEOUT,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             memo={"goal": goal, "subtask_count": len(plan.subtasks)},
             static_summary=goal or None,

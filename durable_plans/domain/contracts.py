@@ -8,6 +8,8 @@ payload grows with the conversation until it meets Temporal's payload size limit
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from durable_plans.domain.agents import AgentSpec
@@ -33,6 +35,12 @@ from durable_plans.domain.workspace_refs import WorkspaceRef, WorkspaceStart
 # another by its name, so no workflow module has to import another's (no import cycle).
 PLAN_WORKFLOW = "PlanWorkflow"
 SUBTASK_WORKFLOW = "SubtaskWorkflow"
+# A plan's workflow task may wait behind hundreds of its children's tasks on a busy worker,
+# and after a worker restart it replays a history of up to ``HISTORY_GOAL_EVENTS`` (seconds
+# on a loaded host). Past Temporal's default of 10 s the server times the task out and the
+# next attempt replays from the start, which on a loaded host can time out again, for ever.
+# Its continue-as-new runs keep it (the server carries the previous run's value).
+PLAN_TASK_TIMEOUT = timedelta(seconds=30)
 
 # Activity names are part of recorded histories: renaming one breaks replay.
 ACT_END_SUBTASK = "end_subtask"

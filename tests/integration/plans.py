@@ -10,7 +10,7 @@ from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
-from durable_plans.domain.contracts import PlanInput
+from durable_plans.domain.contracts import PLAN_TASK_TIMEOUT, PlanInput
 from durable_plans.domain.models import Plan, PlanReport, Subtask
 
 
@@ -46,6 +46,7 @@ async def start_plan_workflow(
         id=plan.id,
         task_queue=task_queue,
         result_type=PlanReport,
+        task_timeout=PLAN_TASK_TIMEOUT,  # as the client starts a plan
     )
 
 

@@ -15,6 +15,7 @@ import pytest
 from durable_plans.activities.plan_data import stored_report
 from durable_plans.client import Client
 from durable_plans.client._plans import start_plan
+from durable_plans.domain.contracts import PLAN_TASK_TIMEOUT
 from durable_plans.domain.models import Plan, PlanStatus, Subtask
 from durable_plans.domain.plan_data import INLINE_PLAN_BYTES
 from durable_plans.workflows.plan import HISTORY_GOAL_EVENTS, REPORT_ROWS
@@ -78,3 +79,10 @@ async def test_a_plan_above_the_old_cap_runs(rig: Rig) -> None:
     assert len(runs) >= 2
     lengths = [len(history.events) for history in runs]  # newest run first
     assert len(lengths) >= 2 and max(lengths) < HISTORY_GOAL_EVENTS, lengths
+    # Each run keeps the start's workflow task timeout: a big run's task (a replay of
+    # thousands of events on a loaded host) is not timed out at Temporal's 10 s default.
+    timeouts = {
+        h.events[0].workflow_execution_started_event_attributes.workflow_task_timeout.ToTimedelta()
+        for h in runs
+    }
+    assert timeouts == {PLAN_TASK_TIMEOUT}
