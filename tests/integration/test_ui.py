@@ -77,12 +77,18 @@ def node_status(subtask: str) -> str:
 
 
 async def click(cdp: Cdp, selector: str) -> None:
-    found = await cdp.evaluate(
+    """Click ``selector`` once it is there: a poll answered from before the state the test
+    waited for can redraw the page for a moment (a paused panel drawn as running while the
+    next poll is under way), so one look is not enough."""
+    script = (
         f"(() => {{ const b = document.querySelector({json.dumps(selector)}); "
         "if (!b) return false; "
         "b.dispatchEvent(new MouseEvent('click', {bubbles: true})); return true; })()"
     )
-    assert found, f"nothing to click at {selector}"
+    deadline = time.monotonic() + WAIT_S
+    while not await cdp.evaluate(script):
+        assert time.monotonic() < deadline, f"nothing to click at {selector}"
+        await asyncio.sleep(0.1)
 
 
 async def set_value(cdp: Cdp, selector: str, value: str) -> None:
