@@ -27,6 +27,7 @@ from durable_plans.domain.models import (
 )
 from durable_plans.domain.plan_data import PackedPlan, PlanDataRef
 from durable_plans.domain.plan_log import LogEntries
+from durable_plans.domain.revision_record import Revisions
 from durable_plans.domain.tools_config import McpServerTools, ToolSchema
 from durable_plans.domain.workspace_refs import WorkspaceRef, WorkspaceStart
 
@@ -404,6 +405,9 @@ class PlanInput(_Payload):
     # retry's own entries added.
     log: LogEntries = ()
     log_omitted: int = Field(default=0, ge=0)
+    # The plan's revisions so far (``domain/revisions.py``; ``plan`` holds what they
+    # changed), carried by continue-as-new and ``dplan retry``.
+    revisions: Revisions = ()
 
 
 class WorkerFacts(_Payload):

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 from durable_plans.domain.approval_rules import ApprovalPolicy
 from durable_plans.domain.checks import MAX_CHECK_ROUNDS, CheckCommands, CheckRuns
 from durable_plans.domain.plan_log import LogEntries, LogEntry
+from durable_plans.domain.revision_record import Revision, Revisions
 from durable_plans.domain.workspace_refs import WorkspaceSummary
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -468,6 +469,9 @@ class PlanReport(_Frozen):
     # with who and when; ``log_omitted`` older ones were dropped to keep it small.
     log: LogEntries = ()
     log_omitted: NonNegativeInt = 0
+    # How the plan changed while it ran (``domain/revisions.py``), oldest first: the
+    # subtasks each revision added or removed, who asked, when and why.
+    revisions: Revisions = ()
 
     def running_for(self, now_s: float) -> PlanReport:
         """This report with the duration up to ``now_s`` while the plan is still open
@@ -530,6 +534,7 @@ class PlanReport(_Frozen):
         error: ErrorInfo | None = None,
         log: tuple[LogEntry, ...] = (),
         log_omitted: int = 0,
+        revisions: tuple[Revision, ...] = (),
     ) -> PlanReport:
         """The only way reports are made: counts, totals and status derive from results
         (and a failed plan-level check, ``error``)."""
@@ -562,4 +567,5 @@ class PlanReport(_Frozen):
             error=error,
             log=log,
             log_omitted=log_omitted,
+            revisions=revisions,
         )

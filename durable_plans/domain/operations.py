@@ -31,6 +31,7 @@ __all__ = [
     "EDITS_MEMO",
     "EDIT_UPDATE",
     "MAX_KEPT_EDITS",
+    "PLAN_QUERY",
     "RAISE_BUDGET_UPDATE",
     "RESUME_UPDATE",
     "SKIP_UPDATE",
@@ -59,6 +60,8 @@ RAISE_BUDGET_UPDATE = "raise_budget"
 CARRIED_STATE_QUERY = "carried_state"
 # A running plan's subtask as it runs now (``dplan edit`` may have changed it).
 SUBTASK_QUERY = "subtask_definition"
+# The plan as it runs now: revisions and edits included (its run's input has neither).
+PLAN_QUERY = "plan_definition"
 
 
 class _Request(BaseModel):

@@ -248,6 +248,40 @@ def plan_from_data(
         raise PlanValidationError(prefixed(source, line) for line in lines) from None
 
 
+def subtasks_from_data(data: Any, *, source: str | None = None) -> tuple[Subtask, ...]:
+    """The subtasks a revision adds (``dplan add``), as a plan file writes them: a list,
+    or an object whose ``subtasks`` is one. Each is checked on its own, as a plan file's
+    are (``PlanValidationError`` lists every problem, ``add[i]`` naming the subtask);
+    what depends on the running plan (its ids, its agents, cycles) the plan judges."""
+    items = data.get("subtasks") if isinstance(data, Mapping) else data
+    if isinstance(data, Mapping) and set(data) - {"subtasks"}:
+        extra = ", ".join(sorted(set(data) - {"subtasks"}))
+        raise PlanValidationError(
+            [prefixed(source, f"unknown field(s) beside 'subtasks': {extra}")]
+        )
+    if not isinstance(items, list) or not items:
+        raise PlanValidationError(
+            [prefixed(source, f"expected a non-empty list of subtasks, got {describe(items)}")]
+        )
+    problems: list[str] = []
+    built: list[Subtask] = []
+    for position, raw in enumerate(items):
+        values, found = _check_subtask(raw)
+        sid = raw.get("id") if isinstance(raw, Mapping) else None
+        where = f"add[{position}]" + (f" (id {sid!r})" if isinstance(sid, str) else "")
+        problems.extend(prefixed(source, f"{where}: {p}") for p in found)
+        if not found:
+            try:
+                built.append(Subtask.model_validate(values))
+            except ValidationError as exc:
+                problems.extend(
+                    prefixed(source, f"{where}: {explain_error(e)}") for e in exc.errors()
+                )
+    if problems:
+        raise PlanValidationError(problems)
+    return tuple(built)
+
+
 def validate_plan(plan: Plan, *, known_agents: Collection[str] = BUILTIN_AGENTS) -> list[str]:
     """Semantic problems of an already-built Plan (empty when valid); pure, deterministic."""
     plan_facts = _PlanFacts(

@@ -49,6 +49,7 @@ LogKind = Literal[
     "cancelled",
     "retried",
     "edited",
+    "revised",  # subtasks added to the running plan or removed from it (domain/revisions.py)
 ]
 
 # The signal a subtask (or a sub-agent it spawned) sends its plan with an approval decision.

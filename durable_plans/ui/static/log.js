@@ -16,6 +16,7 @@
     cancelled: "⊘ cancelled",
     retried: "↻ retried",
     edited: "✎ edited",
+    revised: "+ revised",
   };
 
   function when(atS) {
