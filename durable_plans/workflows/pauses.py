@@ -53,7 +53,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_plans.domain.plan_log import LogEntry, PlanLog
 
-__all__ = ["PauseDesk", "PauseHandlers", "refused"]
+__all__ = ["NOT_STARTED", "PauseDesk", "PauseHandlers", "refused"]
 
 NOT_STARTED = "the plan has not started yet; try again in a moment"
 

@@ -89,6 +89,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_plans.domain.operations import (
         CARRIED_STATE_QUERY,
+        PLAN_QUERY,
         SUBTASK_QUERY,
         SubtaskChanges,
     )
@@ -103,11 +104,18 @@ with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.plan_loader import MAX_PLAN_BYTES, validate_plan
     from durable_plans.domain.plan_log import LOG_SIGNAL, LogEntry, PlanLog, cancel_entry
     from durable_plans.domain.problems import explain_error
+    from durable_plans.domain.revisions import (
+        REVISE_UPDATE,
+        Revision,
+        RevisionRequest,
+        revised_plan,
+    )
     from durable_plans.domain.scheduling import (
         DEAD_STATUSES,
         DagIndex,
         blocked_by_failure_at,
     )
+    from durable_plans.domain.secrets import scrub_secrets
     from durable_plans.domain.tool_contracts import (
         ACT_LIST_MCP_TOOLS,
         ListMcpToolsInput,
@@ -118,7 +126,7 @@ with workflow.unsafe.imports_passed_through():
 
 from durable_plans.workflows import policies
 from durable_plans.workflows.checks import run_check_round
-from durable_plans.workflows.pauses import PauseDesk, PauseHandlers
+from durable_plans.workflows.pauses import NOT_STARTED, PauseDesk, PauseHandlers
 from durable_plans.workflows.plan_webhook import deliver_report
 from durable_plans.workflows.plan_workspace import (
     open_base,
@@ -241,6 +249,10 @@ class PlanWorkflow(PauseHandlers):
         # Subtasks an operator changed while paused (``edit_subtask``): their definitions
         # from then on, carried by continue-as-new and retry.
         self._edited: dict[str, Subtask] = {}
+        # How the plan changed while it ran (``domain/revisions.py``); ``_plan`` holds the
+        # result. None of them once the run has decided how it ends.
+        self._revisions: list[Revision] = []
+        self._ending = False
         # The workspace kept in git: the base commit every tree starts from, and what the
         # plan published when it ended.
         self._base: str | None = None
@@ -342,6 +354,7 @@ class PlanWorkflow(PauseHandlers):
             error=self._check_error,
             log=self._log.entries,
             log_omitted=self._log.omitted,
+            revisions=tuple(self._revisions),
         )
 
     def _progress_report(self) -> PlanReport:
@@ -411,8 +424,88 @@ class PlanWorkflow(PauseHandlers):
             raise ApplicationError(f"no subtask {sid!r}")
         return found
 
+    @workflow.query(name=PLAN_QUERY)
+    def plan_definition(self) -> Plan:
+        """The plan as it runs now: what revisions added and removed, and operators'
+        edits (the page draws it; the run's input holds the plan as it started)."""
+        plan = self._plan
+        if plan is None:
+            raise ApplicationError("the plan has not started yet")
+        subtasks = tuple(self._subtasks.get(s.id, s) for s in plan.subtasks)
+        return plan.model_copy(update={"subtasks": subtasks})
+
+    # ------------------------------------------------------------------ revisions
+
+    @workflow.update(name=REVISE_UPDATE)
+    def revise_plan(self, request: RevisionRequest) -> Revision:
+        """Add subtasks to the running plan, or remove ones not yet started
+        (``domain/revisions.py``): the scheduler takes the revised plan at its next pass."""
+        plan, _ = self._revised(request)
+        assert plan is not None  # the validator accepted it
+        removed = tuple(dict.fromkeys(request.remove))
+        revision = Revision(
+            number=len(self._revisions) + 1,
+            at_s=workflow.now().timestamp(),
+            by=request.by,
+            subtask=request.subtask,
+            reason=scrub_secrets(request.reason),
+            added=tuple(s.id for s in request.add),
+            removed=removed,
+        )
+        for sid in removed:
+            self._edited.pop(sid, None)
+        self._take_plan(plan)
+        self._revisions.append(revision)
+        detail = revision.describe() + (f" ({revision.reason})" if revision.reason else "")
+        self._log.add(
+            LogEntry.of(
+                revision.at_s, "revised", by=request.by, subtask=request.subtask, detail=detail
+            )
+        )
+        self._wake()
+        return revision
+
+    @revise_plan.validator
+    def _validate_revision(self, request: RevisionRequest) -> None:
+        _, problems = self._revised(request)
+        if problems:
+            raise application_error(
+                FailureType.INVALID_INPUT, "revision refused: " + "; ".join(problems), problems
+            )
+
+    def _revised(self, request: RevisionRequest) -> tuple[Plan | None, list[str]]:
+        """The plan ``request`` would make, and what stops it, as the plan stands now."""
+        plan = self._plan
+        if plan is None or self._frontier is None:
+            return None, [NOT_STARTED]
+        if self._ending:
+            return plan, [f"plan {plan.id!r} has ended: a revision would change nothing"]
+        if self._inp is not None and self._inp.plan_data is not None:
+            return plan, [
+                f"plan {plan.id!r} runs by reference (its plan file is too big to travel "
+                "whole): it cannot be revised yet"
+            ]
+        started = {
+            sid: self._status_of(sid) for sid in (*self._results, *self._running, *self._prior)
+        }
+        return revised_plan(plan, request, statuses=started, known_agents=self.pause_desk.agents)
+
+    def _take_plan(self, plan: Plan) -> None:
+        """Run ``plan`` from now on: its graph and frontier are built again (a revision is
+        rare; a scheduling pass stays the cost of what changed), told every subtask's
+        state."""
+        edited = self._edited
+        self._plan = self.pause_desk.plan = plan
+        self._subtasks = {s.id: edited.get(s.id, s) for s in plan.subtasks}
+        self._dag = DagIndex(plan)
+        self._frontier = Frontier(self._dag)
+        for sid in (*self._results, *self._running):
+            self._note(sid)
+        self._check_blocked = True
+        self._visibility.memo(plan)
+
     def _carry(self, inp: PlanInput) -> PlanInput:
-        plan = inp.plan
+        plan = self._plan or inp.plan  # revised, when a revision changed it
         if self._edited:
             edited = self._edited
             plan = plan.model_copy(
@@ -435,6 +528,7 @@ class PlanWorkflow(PauseHandlers):
             plan_data=inp.plan_data,
             log=self._log.entries,
             log_omitted=self._log.omitted,
+            revisions=tuple(self._revisions),
         )
 
     def _continued(self, inp: PlanInput) -> PlanInput:
@@ -631,6 +725,7 @@ class PlanWorkflow(PauseHandlers):
         self._branches = dict(inp.branches)
         self._prior = {r.id: r for r in inp.prior}
         self._log.carry_in(inp.log, inp.log_omitted)
+        self._revisions = list(inp.revisions)
         pauses = self.pause_desk
         pauses.open(
             plan,
@@ -659,6 +754,8 @@ class PlanWorkflow(PauseHandlers):
             self._base = inp.workspace_base or await open_base(plan)
             carried_over = await self._drive(plan, inp)
         except asyncio.CancelledError:
+            self._ending = True
+            plan = self._plan or plan
             now = workflow.now().timestamp()
             self._log.add(cancel_entry(now, workflow.cancellation_reason()))
             await self._cancel_everything(plan)
@@ -666,6 +763,10 @@ class PlanWorkflow(PauseHandlers):
             self._visibility.end(self._report(), PlanStatus.CANCELLED)
             await self._notify(plan, self._small(self._report()))
             raise
+        # How the run ends is decided: a revision now would change a plan that has ended
+        # (one while the run winds down goes on to the next run, with the rest).
+        self._ending = not carried_over
+        plan = self._plan or plan
         if carried_over:
             # The memo goes along explicitly: the server starts the next run without one,
             # and until that run's first task upserts it again, ``dplan list`` and Temporal
@@ -801,6 +902,7 @@ class PlanWorkflow(PauseHandlers):
         winding_down = False
         while True:
             self._changed = False
+            plan = self._plan or plan  # as the latest revision left it
             # Start what became runnable first: the merge activity below would otherwise
             # delay every dependent child by a round trip.
             self._schedule(plan, inp, start_new=not winding_down)

@@ -108,15 +108,20 @@ class PlanVisibility:
     def start(self, plan: Plan, report: PlanReport) -> None:
         """First task of a run: the memo, and ``running`` with the counts carried over (a
         continued run starts from its predecessor's)."""
-        memo = plan_memo(plan)
-        current = {key: workflow.memo_value(key, None) for key in memo}
-        if current != memo:
-            workflow.upsert_memo(memo)
+        self.memo(plan)
         if self.enabled:
             first = self._values(report, sa.VisibilityStatus.RUNNING) | {sa.PLAN_ID.name: plan.id}
             if goal_searchable():
                 first[sa.GOAL.name] = scrub_secrets(plan.goal)[:GOAL_CHARS]
             self._upsert(first)
+
+    def memo(self, plan: Plan) -> None:
+        """The plan's goal and size in the memo, where lists read them: at a run's start,
+        and after a revision changed its size."""
+        memo = plan_memo(plan)
+        current = {key: workflow.memo_value(key, None) for key in memo}
+        if current != memo:
+            workflow.upsert_memo(memo)
 
     def progress(
         self, report: Callable[[], PlanReport], *, paused: dict[str, str] | None = None
