@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         Usage,
     )
     from durable_plans.domain.operations import SubtaskChanges, SubtaskEdit
+    from durable_plans.domain.revision_record import Revision
     from durable_plans.plugin import DurablePlansPlugin
     from durable_plans.session_store import SessionStore
     from durable_plans.session_store.factory import open_session_store
@@ -77,6 +78,7 @@ __all__ = [
     "PlanStatus",
     "PlanSummary",
     "Refused",
+    "Revision",
     "SessionStore",
     "Settings",
     "SettingsError",
@@ -132,6 +134,7 @@ _HOMES: dict[str, str] = {
             "Usage",
         ),
         "durable_plans.domain.operations": ("SubtaskChanges", "SubtaskEdit"),
+        "durable_plans.domain.revision_record": ("Revision",),
         "durable_plans.plugin": ("DurablePlansPlugin",),
         "durable_plans.session_store": ("SessionStore",),
         "durable_plans.session_store.factory": ("open_session_store",),

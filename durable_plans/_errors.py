@@ -105,7 +105,12 @@ class Refused(DurablePlansError):
     """The plan (or the rules in front of it) refused the request; nothing changed.
 
     A plan that is not running, a subtask that is not paused, a tool call that someone
-    else decided first (the message says who, and when)."""
+    else decided first (the message says who, and when). ``problems`` lists each problem
+    of a refusal that found several (a revision), one line each."""
+
+    def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
 
 
 class StatusUnavailable(DurablePlansError):

@@ -99,7 +99,13 @@ async def reported(body: Awaitable[int], *, suggest_embedded: bool = False) -> i
             err(f"  {problem}")
         return Exit.INVALID
     except DurablePlansError as error:
-        err(f"error: {error}")
+        problems: tuple[str, ...] = getattr(error, "problems", ())
+        if problems and not isinstance(error, InvalidArgument):  # a revision refused
+            err(f"error: {str(error).split(': ', 1)[0]}:")
+            for problem in problems:
+                err(f"  {problem}")
+        else:
+            err(f"error: {error}")
     except RPCError as error:  # the server refused a call (namespace, permissions, overload)
         err(f"error: the Temporal server refused a request: {error.status.name}: {error.message}")
     return Exit.FAILED

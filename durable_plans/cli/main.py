@@ -669,6 +669,42 @@ def cmd_edit(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     return edit_command(args.plan_id, args.subtask, args.changes, operator=args.operator)
 
 
+def _add_add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "add",
+        help=action_summary("add"),
+        description=(
+            'Revise a running plan: add FILE\'s subtasks (a list, or {"subtasks": [...]}, '
+            "each as in a plan file; they may depend on any subtask of the plan) and remove "
+            "--remove's subtasks, which must not have started. Checked as a plan is, "
+            "against the plan as it stands, and recorded in its report's revisions and its "
+            "log under --by's name. FILE may be '-' with --remove alone. Exit 0 done, 1 "
+            "refused (each problem on its line; nothing changed) or Temporal unusable, 2 "
+            "an unreadable FILE or a subtask in it that cannot be right."
+        ),
+    )
+    parser.add_argument("plan_id", metavar="PLAN", help="the plan (workflow) id")
+    parser.add_argument("file", metavar="FILE", help="JSON or YAML: the subtasks to add")
+    parser.add_argument(
+        "--remove",
+        metavar="ID",
+        action="append",
+        default=[],
+        help="a subtask not yet started to remove (repeatable)",
+    )
+    parser.add_argument("--reason", default="", help="why, for the record")
+    add_operator_option(parser)
+    parser.set_defaults(handler=cmd_add)
+
+
+def cmd_add(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
+    from durable_plans.cli.operate_command import add_command
+
+    return add_command(
+        args.plan_id, args.file, remove=args.remove, reason=args.reason, operator=args.operator
+    )
+
+
 def _add_budget_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "budget",
@@ -734,6 +770,7 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     _add_retry_parser,
     _add_subtask_action_parsers,
     _add_edit_parser,
+    _add_add_parser,
     _add_budget_parser,
     _add_cancel_parser,
     add_approval_parsers,

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 
-from durable_plans._errors import OperatorError
+from durable_plans._errors import OperatorError, PlanValidationError
 from durable_plans.activities.log import ensure_logging
 from durable_plans.cli._common import Exit, Usage, err, read_settings, reported
 from durable_plans.cli.run_command import follow_to_report, open_connection
 from durable_plans.client import Client, InvalidArgument, agents_of, check_changes
+from durable_plans.domain.models import Subtask
 from durable_plans.domain.operations import SubtaskChanges
+from durable_plans.domain.plan_loader import read_plan_file, subtasks_from_data
 from durable_plans.settings import Settings
 from durable_plans.temporal_client import web_url
 
@@ -67,6 +69,37 @@ async def edit_command(
         changes = parsed_changes(assignments)
         client = await Client.connect(read_settings(settings), operator=operator)
         print(await client.edit(plan_id, subtask, changes))
+        return Exit.OK
+
+    return await reported(body())
+
+
+async def add_command(
+    plan_id: str,
+    path: str,
+    *,
+    remove: list[str],
+    reason: str = "",
+    operator: str | None = None,
+    settings: Settings | None = None,
+) -> int:
+    """``dplan add PLAN FILE [--remove ID ...]``: revise a running plan. FILE's subtasks
+    are checked before anything connects (exit 2, each problem on its line); the plan
+    judges the rest (ids, dependencies, agents, cycles: exit 1, refused)."""
+    ensure_logging(json=False, level="WARNING")
+
+    async def body() -> int:
+        add: tuple[Subtask, ...] = ()
+        if path != "-" or not remove:
+            try:
+                add = subtasks_from_data(read_plan_file(path), source=path)
+            except PlanValidationError as error:
+                raise InvalidArgument(
+                    f"error: {path}: no subtasks to add", error.problems
+                ) from None
+        client = await Client.connect(read_settings(settings), operator=operator)
+        revision = await client.revise(plan_id, add=add, remove=remove, reason=reason)
+        print(f"revision {revision.number} of plan '{plan_id}': {revision.describe()}")
         return Exit.OK
 
     return await reported(body())

@@ -42,6 +42,7 @@ from durable_plans.client._watch import (
 )
 from durable_plans.domain.operations import SubtaskChanges, SubtaskEdit
 from durable_plans.domain.operator_actions import OPERATOR_ACTIONS, OperatorAction, operator_action
+from durable_plans.domain.revision_record import Revision
 from durable_plans.workspace_gc import GcReport, PlanTrees
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "PlanTrees",
     "PlanWatch",
     "Refused",
+    "Revision",
     "RunSummary",
     "SearchAttributesUnavailable",
     "SessionCommandError",

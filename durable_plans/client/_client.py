@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
 from os import PathLike
 from pathlib import Path
@@ -77,6 +77,7 @@ from durable_plans.domain.approval_rules import ApprovalDecision
 from durable_plans.domain.models import DeliveryOutcome, Message, Plan, PlanReport, Subtask
 from durable_plans.domain.operations import (
     EDIT_UPDATE,
+    PLAN_QUERY,
     RAISE_BUDGET_UPDATE,
     RESUME_UPDATE,
     SKIP_UPDATE,
@@ -90,6 +91,7 @@ from durable_plans.domain.operations import (
 from durable_plans.domain.plan_data import size_problems
 from durable_plans.domain.plan_loader import load_plan_file, plan_from_data, validate_plan
 from durable_plans.domain.plan_log import cancel_reason
+from durable_plans.domain.revisions import REVISE_UPDATE, Revision, RevisionRequest
 from durable_plans.namespace_setup import setup_search_attributes
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
@@ -373,6 +375,18 @@ class Client:
             return None
         return found
 
+    async def current_plan(self, plan_id: str) -> Plan | None:
+        """The plan as it runs now (revisions and edits included, which the run's input
+        does not show); None when the plan cannot say (no worker answers)."""
+        handle = self._temporal.get_workflow_handle(plan_id)
+        try:
+            found: Plan = await handle.query(
+                PLAN_QUERY, result_type=Plan, rpc_timeout=QUERY_RPC_TIMEOUT
+            )
+        except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError):
+            return None
+        return found
+
     async def edit(self, plan_id: str, subtask: str, changes: SubtaskChanges) -> str:
         """Change a paused subtask (its description, agent or model) and run it again,
         while the rest of the plan carries on; returns the workflow's sentence. The plan
@@ -383,6 +397,26 @@ class Client:
             raise InvalidArgument("name a change: description, agent or model")
         request = EditRequest(subtask=subtask, changes=changes, by=self._operator)
         return await update_running_plan(self._temporal, plan_id, EDIT_UPDATE, request, str)
+
+    async def revise(
+        self,
+        plan_id: str,
+        *,
+        add: Sequence[Subtask] = (),
+        remove: Sequence[str] = (),
+        reason: str = "",
+    ) -> Revision:
+        """Change a running plan: ``add`` subtasks (they may depend on any of its subtasks,
+        and start once those completed), ``remove`` ones not yet started. Checked as a plan
+        file is, against the plan as it stands: ``Refused`` lists every problem
+        (``problems``, one line each) and nothing changes. Recorded with this client's
+        operator in the report's ``revisions`` and the log."""
+        if not add and not remove:
+            raise InvalidArgument("name a change: subtasks to add and/or ids to remove")
+        request = RevisionRequest(
+            add=tuple(add), remove=tuple(remove), by=self._operator, reason=reason[:500]
+        )
+        return await update_running_plan(self._temporal, plan_id, REVISE_UPDATE, request, Revision)
 
     async def skip(self, plan_id: str, subtask: str) -> str:
         """Give up on a paused subtask: it and its dependents are skipped."""

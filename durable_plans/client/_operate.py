@@ -74,7 +74,9 @@ async def update_running_plan(
     except WorkflowUpdateFailedError as err:
         cause = err.cause
         if isinstance(cause, ApplicationError):
-            raise Refused(describe_failure(cause)[1]) from err
+            details = cause.details[0] if cause.details else None
+            problems = tuple(str(p) for p in details) if isinstance(details, list) else ()
+            raise Refused(describe_failure(cause)[1], problems) from err
         raise Refused(str(cause)) from err
     return result
 

@@ -63,6 +63,13 @@ OPERATOR_ACTIONS: Final[tuple[OperatorAction, ...]] = (
         "change a paused subtask (description, agent, model) and run it again",
     ),
     OperatorAction(
+        "add",
+        "revise",
+        ("add", "remove", "reason"),
+        frozenset({"add", "remove", "reason"}),
+        "revise a running plan: add subtasks, remove ones not yet started",
+    ),
+    OperatorAction(
         "skip",
         "skip",
         ("subtask",),

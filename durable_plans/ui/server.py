@@ -23,6 +23,7 @@ from typing import Any, TextIO
 from aiohttp import web
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_plans._errors import PlanValidationError
 from durable_plans.client import (
     ApprovalWaiting,
     Client,
@@ -40,6 +41,7 @@ from durable_plans.client import (
 from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import Plan, SubtaskResult, SubtaskStatus
 from durable_plans.domain.operations import SubtaskChanges
+from durable_plans.domain.plan_loader import subtasks_from_data
 from durable_plans.domain.secrets import scrub_secrets
 from durable_plans.temporal_client import ui_base_for, web_url
 from durable_plans.ui.conversation import Conversations, merged_results, running_session_id
@@ -86,7 +88,13 @@ def _error_response(error: BaseException) -> web.Response:
     if isinstance(error, PlanNotFound):
         return web.json_response({"error": f"error: {error}"}, status=404)
     if isinstance(error, Refused):
+        if error.problems:  # a revision refused: each problem on its line
+            lines = [f"error: {str(error).split(': ', 1)[0]}:", *(f"  {p}" for p in error.problems)]
+            return web.json_response({"error": "\n".join(lines)}, status=409)
         return web.json_response({"error": f"error: {error}"}, status=409)
+    if isinstance(error, PlanValidationError):  # a revision's subtasks, read
+        lines = ["error: subtasks that cannot be added:", *(f"  {p}" for p in error.problems)]
+        return web.json_response({"error": "\n".join(lines)}, status=400)
     if isinstance(error, TemporalUnreachable | StatusUnavailable):
         return web.json_response({"error": f"error: {error}"}, status=503)
     if isinstance(error, DurablePlansError):
@@ -208,7 +216,14 @@ async def _plan(request: web.Request) -> Json:
     settings = client.settings
     out: Json = {"plan": plan_json(plan, ui_base_for(settings), settings.temporal_namespace, run)}
     try:
-        out["report"] = report_json(await client.status(plan_id, run=run))
+        report = await client.status(plan_id, run=run)
+        out["report"] = report_json(report)
+        if report.revisions and not run:  # the input's plan lacks what they changed
+            current = await client.current_plan(plan_id)
+            if current is not None:
+                out["plan"] = plan_json(
+                    current, ui_base_for(settings), settings.temporal_namespace, run
+                )
     except StatusUnavailable as error:
         out["report"] = None
         out["report_unavailable"] = f"error: {error}"
@@ -248,6 +263,8 @@ async def _subtask(request: web.Request) -> Json:
     run = _run_of(request)
     plan = await definitions.plan(plan_id, run)
     declared = next((s for s in plan.subtasks if s.id == sid), None)
+    if declared is None and not run:  # added by a revision?
+        declared = await client.current_subtask(plan_id, sid)
     if declared is None:
         raise _bad(f"plan '{plan_id}' has no subtask '{sid}'")
     report = await client.status(plan_id, run=run)
@@ -454,6 +471,22 @@ async def _edit(client: Client, plan_id: str, body: Json) -> Json:
     return {"message": await client.edit(plan_id, subtask, changes)}
 
 
+async def _add(client: Client, plan_id: str, body: Json) -> Json:
+    """A revision: ``add`` (subtasks as in a plan file) and ``remove`` (ids)."""
+    raw_remove = body.get("remove") or []
+    if not isinstance(raw_remove, list) or not all(isinstance(s, str) for s in raw_remove):
+        raise _bad("remove must be a list of subtask ids")
+    add = subtasks_from_data(body["add"], source="add") if body.get("add") else ()
+    reason = body.get("reason") or ""
+    if not isinstance(reason, str):
+        raise _bad("reason must be text")
+    revision = await client.revise(plan_id, add=add, remove=raw_remove, reason=reason)
+    return {
+        "message": f"revision {revision.number}: {revision.describe()}",
+        "revision": revision.model_dump(mode="json"),
+    }
+
+
 async def _skip(client: Client, plan_id: str, body: Json) -> Json:
     subtask = _string(body, "subtask")
     assert subtask is not None
@@ -513,6 +546,7 @@ CONTROLS: Mapping[str, Control] = {
     "reject": _reject,
     "resume": _resume,
     "edit": _edit,
+    "add": _add,
     "skip": _skip,
     "budget": _budget,
     "cancel": _cancel,

@@ -107,6 +107,7 @@ def report_json(report: PlanReport) -> dict[str, Any]:
         # Newest first: what an operator reads first is what was decided last.
         "log": [entry.model_dump(mode="json") for entry in reversed(report.log)],
         "log_omitted": report.log_omitted,
+        "revisions": [revision.model_dump(mode="json") for revision in report.revisions],
     }
 
 
