@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from durable_plans.activities.tool_registry import ToolArgs, ToolRegistry, ToolResult, ToolSpec
-from durable_plans.domain.agents import DELEGATE_TOOL, SPAWN_TOOL
+from durable_plans.domain.agents import DELEGATE_TOOL, REVISE_PLAN_TOOL, SPAWN_TOOL
 from durable_plans.domain.session_contracts import CREATE_PLAN_TOOL, SWITCH_TOOL
 
 MAX_TASK_CHARS = 20_000
@@ -62,6 +62,18 @@ class CreatePlanArgs(ToolArgs):
     max_parallel: int = Field(default=4, description="How many subtasks may run at once.")
 
 
+class RevisePlanArgs(ToolArgs):
+    add: list[PlanSubtaskArgs] = Field(
+        default_factory=list,
+        description="Subtasks to add to the running plan; they may depend on any of its "
+        "subtasks, yours included (then they start once you completed).",
+    )
+    remove: list[str] = Field(
+        default_factory=list, description="Ids of subtasks not yet started to drop."
+    )
+    reason: str = Field(default="", max_length=500, description="Why, in one sentence.")
+
+
 def _carried_out_elsewhere(_args: ToolArgs, _ctx: None) -> ToolResult:
     return ToolResult.error("this tool is carried out by the workflow, not the registry")
 
@@ -97,6 +109,16 @@ ORCHESTRATION_REGISTRY.register(
     "in the background and its report is added to this conversation when it finishes. "
     "If the plan is invalid you get the problems back: fix them and call again.",
     CreatePlanArgs,
+    _carried_out_elsewhere,
+)
+
+ORCHESTRATION_REGISTRY.register(
+    REVISE_PLAN_TOOL,
+    "Change the plan you are part of while it runs: add subtasks (ids new to the plan; "
+    "each may depend on any subtask, yours included) and remove subtasks not yet "
+    "started. Checked like a plan: if refused you get every problem back, fix them and "
+    "call again.",
+    RevisePlanArgs,
     _carried_out_elsewhere,
 )
 

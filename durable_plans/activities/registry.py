@@ -17,6 +17,7 @@ from durable_plans.activities.git_workspace_activities import WorkspaceActivitie
 from durable_plans.activities.llm import LlmActivities
 from durable_plans.activities.mcp import McpActivities
 from durable_plans.activities.plan_data import PlanDataActivities
+from durable_plans.activities.plan_revisions import PlanRevisionActivities
 from durable_plans.activities.sessions import SessionActivities
 from durable_plans.activities.subagents import SubagentActivities
 from durable_plans.activities.tool_calls import ToolErrorActivities
@@ -34,6 +35,7 @@ class PlanActivities:
         git = GitWorkspace.from_settings(settings)
         self.sessions = SessionActivities(store)
         self.plan_data = PlanDataActivities(store)
+        self.revisions = PlanRevisionActivities(store)
         self.llm = LlmActivities(store, settings)
         self.tools = ToolActivities(store, settings, git)
         self.workspace = WorkspaceActivities(git)
@@ -59,6 +61,7 @@ class PlanActivities:
             self.plan_data.plan_data_unpack,
             self.plan_data.plan_data_check,
             self.plan_data.plan_data_save_report,
+            self.revisions.revise_plan_call,
             self.llm.call_llm,
             self.tools.run_tool,
             self.delegation.delegate,

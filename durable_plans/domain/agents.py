@@ -36,9 +36,14 @@ DELEGATE_TOOL: Final = "delegate_to_sub_agent"
 SPAWN_TOOL: Final = "spawn_subagent"
 """A nested SubtaskWorkflow with its own agent, session and tools (depth ≤ 3)."""
 ORCHESTRATION_TOOL_NAMES: Final[tuple[str, ...]] = (DELEGATE_TOOL, SPAWN_TOOL)
+REVISE_PLAN_TOOL: Final = "revise_plan"
+"""Add subtasks to the running plan, or remove unstarted ones (``domain/revisions.py``):
+offered to a plan's subtask whose agent lists it (the orchestrator does), nowhere else."""
+WORKFLOW_ONLY_TOOLS: Final[frozenset[str]] = frozenset({REVISE_PLAN_TOOL})
+"""Tools an agent may list that only a workflow carries out, and offers where it can."""
 
 KNOWN_TOOL_NAMES: Final[tuple[str, ...]] = (
-    WORKSPACE_TOOL_NAMES + ORCHESTRATION_TOOL_NAMES + (RUN_COMMAND_TOOL,)
+    WORKSPACE_TOOL_NAMES + ORCHESTRATION_TOOL_NAMES + (RUN_COMMAND_TOOL, REVISE_PLAN_TOOL)
 )
 """Every tool an agent may be given; an agents file naming anything else is rejected."""
 
@@ -159,14 +164,18 @@ _ORCHESTRATOR = AgentSpec(
         "what you pass. For work that needs tools and several steps of its own, call "
         "spawn_subagent with the agent that fits (coder changes files, debug chases a "
         "failure, architect designs, ask explains) and a task that can be done without "
-        "seeing this conversation. Read each result before deciding the next step. A tool "
+        "seeing this conversation. When you run as a step of a plan and find the plan "
+        "guessed wrong (more modules, another approach), call revise_plan to add the "
+        "subtasks the work really needs (they may depend on you: then they start once you "
+        "finished) or remove ones not yet started. Read each result before deciding the "
+        "next step. A tool "
         "that fails returns its error as the tool result: read it, fix the arguments or "
         "change approach, and do not repeat the same failing call. You must finish with a "
         "final answer, a reply with no tool calls; only that ends your turn, and it is what "
         "the plan keeps. It must say what was done (with each helper's outcome), what was "
         "not done and why, and anything the user still has to decide or check."
     ),
-    tools=READ_ONLY_TOOL_NAMES + ORCHESTRATION_TOOL_NAMES,
+    tools=READ_ONLY_TOOL_NAMES + ORCHESTRATION_TOOL_NAMES + (REVISE_PLAN_TOOL,),
     max_turns=12,
 )
 _ARCHITECT = AgentSpec(

@@ -25,6 +25,7 @@ class Revision(BaseModel):
     reason: str = ""
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
+    key: str = ""  # the request's key (an agent's tool call), if it had one
 
     def describe(self) -> str:
         """``added x, y; removed z``: what changed, for the log and ``dplan status``."""

@@ -25,16 +25,20 @@ from durable_plans.domain.plan_loader import validate_plan
 from durable_plans.domain.revision_record import Revision, Revisions
 
 __all__ = [
+    "ACT_REVISE_PLAN",
     "MAX_REVISION_BYTES",
     "REVISE_UPDATE",
+    "RevisePlanCallInput",
     "Revision",
     "RevisionRequest",
     "Revisions",
     "revised_plan",
 ]
 
-# The Update that revises a running plan (``Client.revise``, ``dplan add``).
+# The Update that revises a running plan (``Client.revise``, ``dplan add``, an agent's
+# ``revise_plan`` call through activity ``ACT_REVISE_PLAN``).
 REVISE_UPDATE: Final = "revise_plan"
+ACT_REVISE_PLAN: Final = "revise_plan_call"
 # What one revision may add, as JSON: the subtasks are carried whole in the plan's state
 # and in each continue-as-new input, far below one payload's 2 MiB.
 MAX_REVISION_BYTES: Final = 256 * 1024
@@ -54,6 +58,26 @@ class RevisionRequest(BaseModel):
     by: str = Field(default="", max_length=200)  # the operator (user@host) or the agent
     subtask: str = ""  # the subtask whose agent asked, if one did
     reason: str = Field(default="", max_length=_MAX_REASON)
+    # Names the request once for good: an agent's tool call retried after a crash sends it
+    # again, and the plan answers with the revision it made the first time.
+    key: str = Field(default="", max_length=300)
+
+
+class RevisePlanCallInput(BaseModel):
+    """An agent's ``revise_plan`` call, for the activity that sends it to its plan: the
+    call is read from the session (its arguments never enter the history), and its
+    answer written there."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    session_id: str
+    message_id: str
+    call_index: int
+    scope: str
+    turn: int
+    plan_workflow_id: str
+    subtask: str
+    agent: str
 
 
 def revised_plan(

@@ -62,6 +62,8 @@ message, which stay the same across retries and across the turns of one agent lo
     [call:TOOL]            the tool-call turn calls TOOL with {"task": <the whole last user
                            message>} (plus "agent" for spawn_subagent, see [agent:NAME])
     [agent:NAME]           the agent a [call:spawn_subagent] asks for (default coder)
+    [revise:N:ID]          call revise_plan adding N subtasks ID-0.. that depend on ID,
+                           then answer; [bad-revise]: first with one of every mistake
     [stream-hold]          a streamed answer stops after its first text until
                            ``POST /control/release-streams`` (``release_streams()``);
                            ``POST /control/hold-streams`` (``hold_streams()``) makes

@@ -224,7 +224,7 @@ def named_fault(kind: str, options: Sequence[str] = ()) -> Reply:
 DIRECTIVE_RE = re.compile(r"\[(?P<name>[a-z][a-z-]*)(?::(?P<arg>[^\]\s]*))?\]")
 _COUNTED_RE = re.compile(r"^(?P<what>[^x:]+)x(?P<n>\d+)$")
 _FAULT_SHORTHANDS = ("drop", "empty-choices", "bad-json")
-_FLAGS = ("dup-ids", "bad-args", "unknown-tool", "plan", "bad-plan")
+_FLAGS = ("dup-ids", "bad-args", "unknown-tool", "plan", "bad-plan", "bad-revise")
 
 
 @dataclass(frozen=True)
@@ -242,6 +242,8 @@ class Directives:
     # [fail:KIND:model=NAME]: the fault hits only requests for this model (the name the
     # provider receives, e.g. "primary" for "openai/primary"); others are answered.
     fault_model: str | None = None
+    # [revise:N:ID]: the subtask (ID) adds N subtasks that depend on it (revise_plan).
+    revise: tuple[int, str] | None = None
 
     @classmethod
     def parse(cls, text: str) -> Directives:
@@ -252,6 +254,7 @@ class Directives:
         call: str | None = None
         agent: str | None = None
         fault_model: str | None = None
+        revise: tuple[int, str] | None = None
         for m in DIRECTIVE_RE.finditer(text):
             name, arg = m["name"], m["arg"] or ""
             if name in ("fail", "flaky"):
@@ -282,6 +285,11 @@ class Directives:
                 call = arg
             elif name == "agent":
                 agent = arg
+            elif name == "revise":
+                count_text, _, caller = arg.partition(":")
+                if not count_text.isdigit() or not caller:
+                    raise ValueError(f"[revise:{arg}] needs N:ID, e.g. [revise:10:lead]")
+                revise = (int(count_text), caller)
             # Anything else in brackets is ordinary text (e.g. "[WIP]"), not a directive.
         return cls(
             fault,
@@ -293,6 +301,7 @@ class Directives:
             call,
             agent,
             fault_model,
+            revise,
         )
 
 
@@ -327,7 +336,7 @@ class AgentScenario:
     def _turn(
         self, request: ChatRequest, directives: Directives, task: str, delay: float
     ) -> Completion:
-        planning = _plan_turn(request, directives, task)
+        planning = _plan_turn(request, directives, task) or _revise_turn(request, directives)
         if planning is not None:
             return replace(planning, delay_ms=delay, id_policy=self.id_policy)
         turn = plan_turn(
@@ -353,6 +362,42 @@ class AgentScenario:
             # Two calls sharing one id in one response, whatever the id policy says.
             calls = [ToolCallSpec(calls[0].name, calls[0].arguments, CARELESS_TOOL_CALL_ID)] * 2
         return Completion(tool_calls=tuple(calls), delay_ms=delay, id_policy=self.id_policy)
+
+
+def _revise_turn(request: ChatRequest, directives: Directives) -> Completion | None:
+    """[revise:N:ID] (and [bad-revise]): call revise_plan adding N subtasks after ID
+    (first with one of every mistake for [bad-revise], then right once the error came
+    back), then answer with what the tool said."""
+    if directives.revise is None or "revise_plan" not in {tool_name(t) for t in request.tools}:
+        return None
+    count, caller = directives.revise
+    since = request.messages[last_user_index(request.messages) + 1 :]
+    results = [m for m in since if m.get("role") == "tool" and m.get("name") == "revise_plan"]
+    good = {
+        "add": [
+            {
+                "id": f"{caller}-{i}",
+                "description": f"Module {i} found by {caller}",
+                "depends_on": [caller],
+            }
+            for i in range(count)
+        ],
+        "reason": f"{caller} found {count} modules",
+    }
+    if not results and "bad-revise" in directives.flags:
+        bad = {
+            "add": [
+                {"id": caller, "description": "again"},
+                {"id": "x", "description": "x", "agent": "wizard"},
+                {"id": "y", "description": "y", "depends_on": ["z"]},
+                {"id": "z", "description": "z", "depends_on": ["y"]},
+            ],
+            "remove": [caller],
+        }
+        return Completion(tool_calls=(ToolCallSpec("revise_plan", json.dumps(bad)),))
+    if not results or text_of(results[-1].get("content")).startswith("error:"):
+        return Completion(tool_calls=(ToolCallSpec("revise_plan", json.dumps(good)),))
+    return Completion(content=f"Revised: {text_of(results[-1].get('content'))[:200]}")
 
 
 def _plan_turn(request: ChatRequest, directives: Directives, task: str) -> Completion | None:

@@ -38,7 +38,12 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from durable_plans.domain.agents import ORCHESTRATION_TOOL_NAMES, AgentCatalog, AgentSpec
+    from durable_plans.domain.agents import (
+        ORCHESTRATION_TOOL_NAMES,
+        WORKFLOW_ONLY_TOOLS,
+        AgentCatalog,
+        AgentSpec,
+    )
     from durable_plans.domain.approval_rules import ApprovalPolicy, effective_policy, needs_approval
     from durable_plans.domain.compaction import (
         ACT_COMPACT_HISTORY,
@@ -214,7 +219,11 @@ class AgentLoop:
 
     @property
     def tools(self) -> tuple[str, ...]:
-        return (*self.spec.tools, *(t for t in self.custom_tools if t not in self.spec.tools))
+        """What the model is offered: the agent's tools and the workflow's own; a tool
+        only a workflow carries out (``revise_plan``, in a plan) where it does."""
+        own = tuple(t for t in self.spec.tools if t not in WORKFLOW_ONLY_TOOLS)
+        custom = tuple(t for t in self.custom_tools if t not in own)
+        return (*own, *custom)
 
     async def run(self, max_turns: int) -> str:
         """The final answer; ``LoopFailed`` or an activity's error otherwise.

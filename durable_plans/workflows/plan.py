@@ -439,7 +439,12 @@ class PlanWorkflow(PauseHandlers):
     @workflow.update(name=REVISE_UPDATE)
     def revise_plan(self, request: RevisionRequest) -> Revision:
         """Add subtasks to the running plan, or remove ones not yet started
-        (``domain/revisions.py``): the scheduler takes the revised plan at its next pass."""
+        (``domain/revisions.py``): the scheduler takes the revised plan at its next pass.
+        A request whose ``key`` was seen (an agent's call sent again after a crash) gets
+        the revision it made then, and changes nothing."""
+        earlier = self._revision_keyed(request.key)
+        if earlier is not None:
+            return earlier
         plan, _ = self._revised(request)
         assert plan is not None  # the validator accepted it
         removed = tuple(dict.fromkeys(request.remove))
@@ -451,6 +456,7 @@ class PlanWorkflow(PauseHandlers):
             reason=scrub_secrets(request.reason),
             added=tuple(s.id for s in request.add),
             removed=removed,
+            key=request.key,
         )
         for sid in removed:
             self._edited.pop(sid, None)
@@ -467,11 +473,16 @@ class PlanWorkflow(PauseHandlers):
 
     @revise_plan.validator
     def _validate_revision(self, request: RevisionRequest) -> None:
+        if self._revision_keyed(request.key) is not None:
+            return
         _, problems = self._revised(request)
         if problems:
             raise application_error(
                 FailureType.INVALID_INPUT, "revision refused: " + "; ".join(problems), problems
             )
+
+    def _revision_keyed(self, key: str) -> Revision | None:
+        return next((r for r in self._revisions if key and r.key == key), None)
 
     def _revised(self, request: RevisionRequest) -> tuple[Plan | None, list[str]]:
         """The plan ``request`` would make, and what stops it, as the plan stands now."""

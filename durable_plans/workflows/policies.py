@@ -40,6 +40,8 @@ __all__ = [
     "ONCE",
     "PARAMETERS_EXTERN",
     "RATE_LIMIT_MIN_DELAY",
+    "REVISE_RETRY",
+    "REVISE_TIMEOUT",
     "SHORT_HEARTBEAT",
     "STORE_OP_RETRY",
     "STORE_OP_TIMEOUT",
@@ -126,6 +128,14 @@ STORE_OP_RETRY = RetryPolicy(
 )
 
 # Writing a tool's refusal (``answer_tool_error``, a local activity): one row in the store.
+# An agent's revise_plan call (``workflows/revise_tool.py``): an Update of its plan, which
+# waits for the plan's next workflow task (seconds on a loaded worker). Retried: its key
+# makes a second send return the first revision.
+REVISE_TIMEOUT = timedelta(seconds=60)
+REVISE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_attempts=5
+)
+
 TOOL_ERROR_START_TO_CLOSE = timedelta(seconds=30)
 
 # Listing the MCP servers' tools when a plan starts: each server is started (a process or

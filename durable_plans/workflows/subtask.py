@@ -21,7 +21,7 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
+    from durable_plans.domain.agents import BUILTIN_CATALOG, REVISE_PLAN_TOOL, AgentCatalog
     from durable_plans.domain.checks import (
         DEFAULT_CHECK_ROUNDS,
         CheckRun,
@@ -56,6 +56,7 @@ from durable_plans.workflows.approval_desk import ApprovalHandlers
 from durable_plans.workflows.checks import run_check_round, tell_the_model
 from durable_plans.workflows.live import release
 from durable_plans.workflows.plan_workspace import WorkspaceStepFailed, start_head
+from durable_plans.workflows.revise_tool import revise_plan_tool
 from durable_plans.workflows.store_ops import store_op
 
 # What a passing check's run keeps of its output in the outcome and the report.
@@ -101,6 +102,7 @@ class SubtaskWorkflow(ApprovalHandlers):
         branch = branch_session_id(inp.base_session_id, inp.plan_run_id, key)
         snap = snapshot_id(inp.base_session_id, inp.plan_run_id, key)
         scope = subtask_scope(inp.plan_run_id, key)
+        revise = revise_plan_tool(inp, branch, scope) if REVISE_PLAN_TOOL in spec.tools else None
         loop = AgentLoop(
             session_id=branch,
             scope=scope,
@@ -113,6 +115,7 @@ class SubtaskWorkflow(ApprovalHandlers):
             approvals=self.approval_desk,
             approval=inp.approval,
             mcp_servers=inp.mcp_tools,
+            custom_tools={REVISE_PLAN_TOOL: revise} if revise is not None else {},
         )
         self.approval_desk.subtask = sub.id
         self.approval_desk.report_to = inp.report_to

@@ -11,20 +11,28 @@ import json
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
+from temporalio.client import Client as TemporalClient
 
 from durable_plans.client import Client, Refused
 from durable_plans.client._operator import default_operator
 from durable_plans.domain.models import PlanStatus, Subtask, SubtaskStatus
+from durable_plans.domain.revision_record import Revision
+from durable_plans.domain.revisions import REVISE_UPDATE, RevisionRequest
+from durable_plans.settings import Settings
+from durable_plans.testing import FakeProviderProcess
 from tests.integration.conftest import Harness
 from tests.integration.gates import GatedProvider, first_call_of
-from tests.integration.plans import by_id, make_plan
+from tests.integration.plans import by_id, make_plan, start_plan_workflow
 from tests.integration.replay import assert_replays
+from tests.integration.stored import opened_store, subtask_messages, tool_answers
 from tests.integration.test_ui import ui_for
+from tests.integration.workers import WorkerProcess, new_workspace, worker_env
 
 pytestmark = pytest.mark.integration
 
@@ -147,3 +155,127 @@ async def test_a_revision_of_an_ended_plan_is_refused(harness: Harness) -> None:
     client = Client(harness.client, harness.settings)
     with pytest.raises(Refused, match="is not running"):
         await client.revise(plan.id, add=[Subtask(id="more", description="more")])
+
+
+async def test_an_orchestrator_adds_ten_subtasks_after_itself_once_its_mistakes_are_named(
+    harness: Harness,
+) -> None:
+    """The agent's first revision has one of every mistake and is refused with each, one
+    line apiece, changing nothing; its second adds ten subtasks that depend on it, which
+    run after it completes."""
+    plan = make_plan(
+        [
+            ("lead", "Survey the modules [bad-revise] [revise:10:lead]", []),
+            ("tail", "Sum up", ["lead"]),
+        ],
+        agent="orchestrator",
+        prefix="revise-agent",
+    )
+    report = await (await harness.start(plan)).result()
+
+    assert report.status is PlanStatus.COMPLETED, report.counts
+    added = [f"lead-{i}" for i in range(10)]
+    assert [r.id for r in report.subtasks] == ["lead", "tail", *added]
+    assert report.counts.completed == 12
+    (revision,) = report.revisions
+    assert (revision.by, revision.subtask, revision.added) == (
+        "agent orchestrator",
+        "lead",
+        tuple(added),
+    )
+    assert revision.reason == "lead found 10 modules"
+    answers = [
+        m.content or ""
+        for m in tool_answers(await subtask_messages(harness.store, report, "lead"))
+        if m.name == "revise_plan"
+    ]
+    refusal, accepted = answers
+    lines = [line for line in refusal.splitlines() if line.startswith("- ")]
+    assert len(lines) == 4, refusal
+    assert "- remove: subtask 'lead' is running" in refusal
+    assert "add[1] (id 'x'): unknown agent 'wizard'" in refusal
+    assert "- cycle: y -> z -> y" in refusal
+    assert accepted.startswith("revision 1 made: added lead-0, lead-1")
+    # The ten ran after the subtask that added them: each started with lead's result.
+    for sid in added:
+        seen = await subtask_messages(harness.store, report, sid)
+        assert any("Revised: revision 1 made" in (m.content or "") for m in seen), sid
+    assert await assert_replays(harness.client, [plan.id]) >= 1
+
+
+async def test_a_request_sent_again_with_its_key_gets_the_first_revision(harness: Harness) -> None:
+    """What an agent's retried call does (a new Update id, the same key): the plan
+    answers with the revision it made, and adds nothing twice."""
+    assert isinstance(harness.provider, GatedProvider)
+    held = harness.provider.gate("hold", 99, first_call_of("Hold on"))
+    plan = make_plan([("lead", "Hold on", [])], prefix="revise-key")
+    handle = await harness.start(plan)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while held.arrived < 1:
+            assert time.monotonic() < deadline, "lead never called the model"
+            await asyncio.sleep(0.05)
+        request = RevisionRequest(
+            add=(Subtask(id="more", description="More", depends_on=("lead",)),), key="call-1"
+        )
+        first, again = [
+            await handle.execute_update(
+                REVISE_UPDATE, request, id=f"update-{n}", result_type=Revision
+            )
+            for n in (1, 2)
+        ]
+    finally:
+        held.release()
+    report = await handle.result()
+    assert first == again and first.number == 1
+    assert [r.id for r in report.subtasks] == ["lead", "more"]
+    assert len(report.revisions) == 1
+
+
+async def test_a_worker_killed_once_the_revision_is_made_adds_nothing_twice(
+    client: TemporalClient, tmp_path: Path
+) -> None:
+    """SIGKILL as soon as the plan holds the agent's revision (its tool answer written or
+    not yet): the next worker finishes the plan with the ten subtasks, once each."""
+    new_workspace(tmp_path, "# revise crash\n")
+    plan = make_plan(
+        [("lead", "Survey the modules [revise:10:lead]", []), ("tail", "Sum up", ["lead"])],
+        agent="orchestrator",
+        prefix="revise-crash",
+    )
+    with FakeProviderProcess(tmp_path / "requests.jsonl", latency_ms=200) as provider:
+        env = worker_env(client, tmp_path, provider, f"revise-{uuid.uuid4().hex[:8]}")
+        first = WorkerProcess(env, tmp_path / "worker-1.log").start()
+        second: WorkerProcess | None = None
+        try:
+            first.wait_ready()
+            handle = await start_plan_workflow(client, plan, env["DPLAN_TASK_QUEUE"])
+            settings = Settings(
+                temporal_address=env["TEMPORAL_ADDRESS"], task_queue=env["DPLAN_TASK_QUEUE"]
+            )
+            plans = Client(client, settings)
+            deadline = time.monotonic() + WAIT_S
+            while not (await plans.status(plan.id)).revisions:
+                assert time.monotonic() < deadline, "the agent never revised the plan"
+                await asyncio.sleep(0.05)
+            first.kill()
+            second = WorkerProcess(env, tmp_path / "worker-2.log").start()
+            second.wait_ready()
+            report = await asyncio.wait_for(handle.result(), timeout=180)
+        finally:
+            first.stop()
+            if second is not None:
+                second.stop()
+
+    assert report.status is PlanStatus.COMPLETED, report.counts
+    added = [f"lead-{i}" for i in range(10)]
+    assert [r.id for r in report.subtasks] == ["lead", "tail", *added]
+    assert len(report.revisions) == 1
+    async with opened_store(tmp_path / "sessions.db") as store:
+        answers = [
+            m
+            for m in tool_answers(await subtask_messages(store, report, "lead"))
+            if m.name == "revise_plan"
+        ]
+    assert len(answers) == 1 and answers[0].content
+    assert answers[0].content.startswith("revision 1 made")

@@ -20,6 +20,7 @@ from durable_plans.domain.agents import (
     KNOWN_TOOL_NAMES,
     ORCHESTRATION_TOOL_NAMES,
     READ_ONLY_TOOL_NAMES,
+    REVISE_PLAN_TOOL,
     SPAWN_TOOL,
     WORKSPACE_TOOL_NAMES,
     AgentCatalog,
@@ -75,7 +76,12 @@ def test_the_five_builtins_in_a_stable_order() -> None:
 def test_tool_name_constants() -> None:
     assert (DELEGATE_TOOL, SPAWN_TOOL) == ("delegate_to_sub_agent", "spawn_subagent")
     assert ORCHESTRATION_TOOL_NAMES == (DELEGATE_TOOL, SPAWN_TOOL)
-    assert KNOWN_TOOL_NAMES == WORKSPACE_TOOL_NAMES + ORCHESTRATION_TOOL_NAMES + ("run_command",)
+    assert (
+        *WORKSPACE_TOOL_NAMES,
+        *ORCHESTRATION_TOOL_NAMES,
+        "run_command",
+        REVISE_PLAN_TOOL,
+    ) == KNOWN_TOOL_NAMES
     assert set(READ_ONLY_TOOL_NAMES) < set(WORKSPACE_TOOL_NAMES)
     assert "write_file" not in READ_ONLY_TOOL_NAMES
 

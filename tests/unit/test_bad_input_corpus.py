@@ -46,7 +46,7 @@ KNOWN_PLAN_FIELDS = (
 KNOWN_AGENTS = "known agents: architect, ask, coder, debug, orchestrator)"
 KNOWN_TOOLS = (
     "known tools: list_dir, read_file, write_file, search_files, delegate_to_sub_agent, "
-    "spawn_subagent, run_command)"
+    "spawn_subagent, run_command, revise_plan)"
 )
 
 # File name -> one fragment per expected problem line, in report order. A fragment is the
