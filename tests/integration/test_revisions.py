@@ -42,7 +42,8 @@ WAIT_S = 60.0  # a bound on waiting for the plan, never asserted
 
 @pytest.fixture
 async def provider() -> AsyncIterator[GatedProvider]:
-    async with GatedProvider(latency_ms=0, hold_s=40.0) as p:
+    p = GatedProvider(latency_ms=0, hold_s=40.0)
+    async with p:
         yield p
 
 
@@ -103,13 +104,15 @@ async def test_subtasks_added_while_one_runs_wait_for_it_and_a_pending_one_is_re
         ]
         path = tmp_path / "add.json"
         path.write_text(json.dumps({"subtasks": added}))
+        command: list[str] = [str(DPLAN), "add", plan.id, str(path), "--remove", "docs"]
         done = await asyncio.to_thread(
-            subprocess.run,
-            [DPLAN, "add", plan.id, str(path), "--remove", "docs", "--reason", "eleven modules"],
-            env=dplan_env(harness),
-            capture_output=True,
-            text=True,
-            timeout=120,
+            lambda: subprocess.run(
+                [*command, "--reason", "eleven modules"],
+                env=dplan_env(harness),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
         )
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip().startswith(f"revision 1 of plan '{plan.id}': added m0, m1")

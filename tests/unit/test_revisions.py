@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from durable_plans._errors import PlanValidationError
+from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
 from durable_plans.domain.models import Plan, Subtask, SubtaskStatus
-from durable_plans.domain.plan_loader import BUILTIN_AGENTS, subtasks_from_data
+from durable_plans.domain.plan_loader import subtasks_from_data
 from durable_plans.domain.revision_record import Revision
 from durable_plans.domain.revisions import MAX_REVISION_BYTES, RevisionRequest, revised_plan
 
