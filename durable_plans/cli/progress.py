@@ -70,7 +70,8 @@ def _one_line(text: str | None, limit: int = _EXCERPT_CHARS) -> str:
 
 def _detail(result: SubtaskResult, description: str | None) -> str:
     if result.error is not None:
-        return f"{result.error.type}: {result.error.message}"
+        replaced = f"replaced by {result.replaced_by}; " if result.replaced_by else ""
+        return f"{replaced}{result.error.type}: {result.error.message}"
     if result.result is not None:
         return result.result
     return description or ""
@@ -417,6 +418,7 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
                     (r.id, "bold"),
                     (f" failed: {r.error.type}: ", "red"),
                     " ".join(r.error.message.split()),
+                    (f"  (replanned: replaced by {r.replaced_by})" if r.replaced_by else "", "dim"),
                 )
             )
     parts.extend(_check_lines(report))

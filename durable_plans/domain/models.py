@@ -224,8 +224,12 @@ class DeliveryOutcome(_Frozen):
 
 
 # What a failed subtask does to its plan: fail it (dependents skipped, the plan ends
-# Failed), or pause, holding the plan open until an operator resumes or skips it.
-OnFailure = Literal["fail", "pause"]
+# Failed), pause, holding the plan open until an operator resumes or skips it, or replan:
+# the plan's replanner agent revises the plan around the failure (``workflows/replan.py``).
+OnFailure = Literal["fail", "pause", "replan"]
+DEFAULT_REPLANNER = "orchestrator"
+DEFAULT_MAX_REPLANS = 2
+MAX_REPLANS_LIMIT = 20
 
 
 class Subtask(_Frozen):
@@ -261,6 +265,14 @@ class Plan(_Frozen):
     # default number of failed check rounds for its subtasks (``domain/checks.py``).
     check: CheckCommands = None
     check_rounds: int | None = Field(default=None, ge=1, le=MAX_CHECK_ROUNDS)
+    # ``on_failure: "replan"``: the agent asked to revise the plan around a failure (None:
+    # the orchestrator), and how many times it may be asked in the whole plan (None: 2).
+    replanner: str | None = Field(default=None, min_length=1, max_length=64)
+    max_replans: int | None = Field(default=None, ge=0, le=MAX_REPLANS_LIMIT)
+
+    @property
+    def replans_allowed(self) -> int:
+        return DEFAULT_MAX_REPLANS if self.max_replans is None else self.max_replans
 
     def on_failure_of(self, subtask_id: str) -> OnFailure:
         return self.subtask(subtask_id).on_failure or self.on_failure or "fail"
@@ -370,6 +382,9 @@ class SubtaskResult(_Frozen):
     models: tuple[ModelUsage, ...] = ()
     # Its check runs, every round's (``domain/checks.py``); empty without a check.
     checks: CheckRuns = ()
+    # A failure the plan replanned around (``on_failure: "replan"``): the subtask whose
+    # agent revised the plan. The failure stays in the report; it no longer fails the plan.
+    replaced_by: str | None = None
 
     @model_validator(mode="after")
     def _truthful(self) -> SubtaskResult:
@@ -546,7 +561,11 @@ class PlanReport(_Frozen):
         elif counts.paused:
             # Before "failed": the plan is still open, and what it needs is a person.
             status = PlanStatus.PAUSED
-        elif counts.failed or error is not None:
+        elif error is not None or any(
+            r.status is SubtaskStatus.FAILED and r.replaced_by is None for r in results
+        ):
+            # A failure replanned around is counted (never hidden), but what stands
+            # decides: the subtasks the replanner left or added.
             status = PlanStatus.FAILED
         elif counts.cancelled:
             status = PlanStatus.CANCELLED

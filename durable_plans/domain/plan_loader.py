@@ -171,6 +171,7 @@ class _PlanFacts:
     max_parallel: int | None
     subtask_count: int | None
     notify: Notify | None = None
+    replanner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +238,7 @@ def plan_from_data(
         max_parallel=values.get("max_parallel"),
         subtask_count=len(raw_subtasks) if isinstance(raw_subtasks, list | tuple) else None,
         notify=values.get("notify"),
+        replanner=values.get("replanner"),
     )
     problems.extend(_semantic_problems(plan_facts, subtask_facts, known_agents))
     if problems:
@@ -291,6 +293,7 @@ def validate_plan(plan: Plan, *, known_agents: Collection[str] = BUILTIN_AGENTS)
         max_parallel=plan.max_parallel,
         subtask_count=len(plan.subtasks),
         notify=plan.notify,
+        replanner=plan.replanner,
     )
     subtask_facts = [
         _SubtaskFacts(i, s.id, s.description, s.agent, tuple(s.depends_on), s.model)
@@ -345,6 +348,14 @@ def _semantic_problems(
     plan: _PlanFacts, subtasks: Sequence[_SubtaskFacts], known_agents: Collection[str]
 ) -> list[_Problem]:
     problems = _plan_field_problems(plan)
+    if plan.replanner is not None and plan.replanner not in known_agents:
+        known = ", ".join(sorted(known_agents))
+        problems.append(
+            (
+                _PLAN_GROUP,
+                f"replanner: unknown agent {quote(plan.replanner)} (known agents: {known})",
+            )
+        )
     first_position: dict[str, int] = {}
     for s in subtasks:
         if s.id is None:

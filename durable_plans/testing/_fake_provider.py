@@ -63,7 +63,8 @@ message, which stay the same across retries and across the turns of one agent lo
                            message>} (plus "agent" for spawn_subagent, see [agent:NAME])
     [agent:NAME]           the agent a [call:spawn_subagent] asks for (default coder)
     [revise:N:ID]          call revise_plan adding N subtasks ID-0.. that depend on ID,
-                           then answer; [bad-revise]: first with one of every mistake
+                           then answer; [bad-revise]: first with one of every mistake;
+                           [remove:ID] (repeatable): the call also removes ID
     [stream-hold]          a streamed answer stops after its first text until
                            ``POST /control/release-streams`` (``release_streams()``);
                            ``POST /control/hold-streams`` (``hold_streams()``) makes
@@ -72,6 +73,7 @@ message, which stay the same across retries and across the turns of one agent lo
                            (connection closed) right after its first text
     [no-stream]            a streamed request is answered with one plain JSON completion,
                            as a gateway that ignores ``stream`` does
+    [fail:KIND:tool=NAME]  the fault hits only requests that offer tool NAME
     [fail:KIND:model=NAME] (also [flaky:...]) the fault hits only requests for model NAME
                            (as the provider receives it: "primary" for "openai/primary"),
                            so one model is down while another answers

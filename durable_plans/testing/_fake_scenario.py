@@ -244,6 +244,12 @@ class Directives:
     fault_model: str | None = None
     # [revise:N:ID]: the subtask (ID) adds N subtasks that depend on it (revise_plan).
     revise: tuple[int, str] | None = None
+    # [fail:KIND:tool=NAME]: the fault hits only requests that offer tool NAME (an agent
+    # that may write files fails; the orchestrator replanning around it, quoting the
+    # failed task, does not).
+    fault_tool: str | None = None
+    # [remove:ID] (repeatable): the revise_plan call of [revise:...] also removes ID.
+    drop: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, text: str) -> Directives:
@@ -255,13 +261,17 @@ class Directives:
         agent: str | None = None
         fault_model: str | None = None
         revise: tuple[int, str] | None = None
+        fault_tool: str | None = None
+        drop: list[str] = []
         for m in DIRECTIVE_RE.finditer(text):
             name, arg = m["name"], m["arg"] or ""
             if name in ("fail", "flaky"):
                 head, *options = arg.split(":")
                 scoped = [o for o in options if o.startswith("model=")]
-                options = [o for o in options if not o.startswith("model=")]
+                tooled = [o for o in options if o.startswith("tool=")]
+                options = [o for o in options if not o.startswith(("model=", "tool="))]
                 fault_model = scoped[-1].removeprefix("model=") if scoped else None
+                fault_tool = tooled[-1].removeprefix("tool=") if tooled else None
                 count: int | None = None
                 if name == "flaky":
                     counted = _COUNTED_RE.match(head)
@@ -290,6 +300,8 @@ class Directives:
                 if not count_text.isdigit() or not caller:
                     raise ValueError(f"[revise:{arg}] needs N:ID, e.g. [revise:10:lead]")
                 revise = (int(count_text), caller)
+            elif name == "remove" and arg:
+                drop.append(arg)
             # Anything else in brackets is ordinary text (e.g. "[WIP]"), not a directive.
         return cls(
             fault,
@@ -302,6 +314,8 @@ class Directives:
             agent,
             fault_model,
             revise,
+            fault_tool,
+            tuple(drop),
         )
 
 
@@ -327,6 +341,10 @@ class AgentScenario:
         fault = directives.fault
         if directives.fault_model is not None and request.model != directives.fault_model:
             fault = None  # the fault is another model's: this one answers
+        if directives.fault_tool is not None and directives.fault_tool not in {
+            tool_name(t) for t in request.tools
+        }:
+            fault = None  # the fault is an agent's with that tool: this one answers
         if fault is not None and (
             directives.fault_requests is None or request.seen_before < directives.fault_requests
         ):
@@ -384,6 +402,8 @@ def _revise_turn(request: ChatRequest, directives: Directives) -> Completion | N
         ],
         "reason": f"{caller} found {count} modules",
     }
+    if directives.drop:
+        good["remove"] = list(directives.drop)
     if not results and "bad-revise" in directives.flags:
         bad = {
             "add": [

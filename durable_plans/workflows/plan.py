@@ -104,6 +104,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.plan_loader import MAX_PLAN_BYTES, validate_plan
     from durable_plans.domain.plan_log import LOG_SIGNAL, LogEntry, PlanLog, cancel_entry
     from durable_plans.domain.problems import explain_error
+    from durable_plans.domain.replanning import REPLAN_BY, replan_subtask
     from durable_plans.domain.revisions import (
         REVISE_UPDATE,
         Revision,
@@ -253,6 +254,9 @@ class PlanWorkflow(PauseHandlers):
         # result. None of them once the run has decided how it ends.
         self._revisions: list[Revision] = []
         self._ending = False
+        # Replanners at work (``on_failure: "replan"``): their subtask -> the failure they
+        # replan; its dependents wait for them instead of being skipped.
+        self._replanning: dict[str, str] = {}
         # The workspace kept in git: the base commit every tree starts from, and what the
         # plan published when it ended.
         self._base: str | None = None
@@ -737,6 +741,12 @@ class PlanWorkflow(PauseHandlers):
         self._prior = {r.id: r for r in inp.prior}
         self._log.carry_in(inp.log, inp.log_omitted)
         self._revisions = list(inp.revisions)
+        ended = {r.id for r in inp.results}
+        self._replanning = {
+            r.added[0]: r.subtask
+            for r in self._revisions
+            if r.by == REPLAN_BY and r.added and r.added[0] not in ended
+        }
         pauses = self.pause_desk
         pauses.open(
             plan,
@@ -808,7 +818,11 @@ class PlanWorkflow(PauseHandlers):
                 report,
             )
         if report.status is PlanStatus.FAILED:
-            failed = [r for r in full.subtasks if r.status is SubtaskStatus.FAILED]
+            failed = [
+                r
+                for r in full.subtasks
+                if r.status is SubtaskStatus.FAILED and r.replaced_by is None
+            ] or [r for r in full.subtasks if r.status is SubtaskStatus.FAILED]
             first = failed[0]
             assert first.error is not None
             raise plan_failed_error(
@@ -973,7 +987,10 @@ class PlanWorkflow(PauseHandlers):
         # dead or pending since the last look can block more: otherwise, no pass.
         blocked = {}
         if self._check_blocked and frontier.any_dead:
-            blocked = blocked_by_failure_at(dag, frontier.statuses())
+            statuses = frontier.statuses()
+            for failed in self._replanning.values():  # held for its replanner
+                statuses[dag.index_of(failed)] = SubtaskStatus.RUNNING
+            blocked = blocked_by_failure_at(dag, statuses)
         self._check_blocked = False
         for sid, root in blocked.items():
             root_status = frontier.status(root).value
@@ -1101,9 +1118,78 @@ class PlanWorkflow(PauseHandlers):
                 )
             )
             self.pause_desk.failed(result, ran_with=child_input.budget)
+            self._replan(result)
         finally:
+            self._replan_ended(sid)
             self._running.pop(sid, None)
             self._changed = True
+
+    def _replan(self, result: SubtaskResult) -> None:
+        """A failure under ``on_failure: "replan"``: add a subtask for the plan's replanner
+        (``domain/replanning.py``), which revises the plan around it; at most
+        ``max_replans`` times in a plan, and never for a plan run by reference (which
+        cannot be revised yet)."""
+        plan = self._plan
+        inp = self._inp
+        if (
+            plan is None
+            or inp is None
+            or result.status is not SubtaskStatus.FAILED
+            or plan.on_failure_of(result.id) != "replan"
+            or self._ending
+            or self._cancelled
+            or inp.plan_data is not None
+        ):
+            return
+        used = sum(1 for r in self._revisions if r.by == REPLAN_BY)
+        now = workflow.now().timestamp()
+        error = result.error
+        why = f"{error.type}: {error.message}" if error is not None else "failed"
+        if used >= plan.replans_allowed:
+            self._log.add(
+                LogEntry.of(
+                    now,
+                    "revised",
+                    by=REPLAN_BY,
+                    subtask=result.id,
+                    detail=f"not replanned: max_replans ({plan.replans_allowed}) reached",
+                )
+            )
+            return
+        replanner = replan_subtask(plan, result, self._results, self._running, used + 1)
+        revision = Revision(
+            number=len(self._revisions) + 1,
+            at_s=now,
+            by=REPLAN_BY,
+            subtask=result.id,
+            reason=scrub_secrets(f"{result.id} failed: {why}")[:500],
+            added=(replanner.id,),
+        )
+        self._take_plan(plan.model_copy(update={"subtasks": (*plan.subtasks, replanner)}))
+        self._revisions.append(revision)
+        self._replanning[replanner.id] = result.id
+        self._log.add(
+            LogEntry.of(
+                now,
+                "revised",
+                by=REPLAN_BY,
+                subtask=result.id,
+                detail=f"{revision.describe()} to replan ({revision.reason})",
+            )
+        )
+
+    def _replan_ended(self, sid: str) -> None:
+        """Replanner ``sid`` ended: the failure it replanned is ``replaced_by`` it when it
+        revised the plan, and what still depends on the failure is skipped as usual."""
+        failed = self._replanning.pop(sid, None)
+        if failed is None:
+            return
+        row = self._results.get(failed)
+        revised = any(r.subtask == sid for r in self._revisions)
+        if revised and row is not None and row.status is SubtaskStatus.FAILED:
+            self._results[failed] = row.model_copy(update={"replaced_by": sid})
+        self._check_blocked = True
+        self._note(failed)
 
     def _record(self, result: SubtaskResult) -> SubtaskResult:
         """Keep a child's outcome, with its earlier attempts' spend added."""

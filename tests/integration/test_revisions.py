@@ -28,7 +28,7 @@ from durable_plans.settings import Settings
 from durable_plans.testing import FakeProviderProcess
 from tests.integration.conftest import Harness
 from tests.integration.gates import GatedProvider, first_call_of
-from tests.integration.plans import by_id, make_plan, start_plan_workflow
+from tests.integration.plans import by_id, make_plan, run_plan, start_plan_workflow
 from tests.integration.replay import assert_replays
 from tests.integration.stored import opened_store, subtask_messages, tool_answers
 from tests.integration.test_ui import ui_for
@@ -282,3 +282,61 @@ async def test_a_worker_killed_once_the_revision_is_made_adds_nothing_twice(
         ]
     assert len(answers) == 1 and answers[0].content
     assert answers[0].content.startswith("revision 1 made")
+
+
+REPLAN_PLAN = [
+    ("base", "Lay the groundwork", []),
+    (
+        "bad",
+        "Build it the old way [fail:400:tool=write_file] [revise:1:base] [remove:ship]",
+        ["base"],
+    ),
+    ("ship", "Ship what bad built", ["bad"]),
+]
+
+
+@pytest.mark.parametrize("max_replans", [2, 0])
+async def test_a_failure_is_replanned_around_and_the_plan_completes(
+    harness: Harness, max_replans: int
+) -> None:
+    """``on_failure: "replan"``: the orchestrator, told of the 400, removes the failed
+    subtask's dependent and adds another way, which completes; the failure stays in the
+    report, replaced. With ``max_replans: 0`` the plan fails as it always did."""
+    plan = make_plan(REPLAN_PLAN, prefix="replan").model_copy(
+        update={"on_failure": "replan", "max_replans": max_replans}
+    )
+    if max_replans == 0:
+        report, failure = await run_plan(harness.client, plan, harness.task_queue)
+        assert report.status is PlanStatus.FAILED and failure is not None
+        assert by_id(report)["bad"].replaced_by is None
+        assert by_id(report)["ship"].status is SubtaskStatus.SKIPPED
+        assert report.revisions == ()
+        assert any("max_replans (0) reached" in e.detail for e in report.log)
+        return
+    report = await (await harness.start(plan)).result()
+
+    assert report.status is PlanStatus.COMPLETED, report.counts
+    rows = by_id(report)
+    assert list(rows) == ["base", "bad", "replan-1", "base-0"]
+    assert rows["bad"].status is SubtaskStatus.FAILED  # never hidden
+    assert rows["bad"].error is not None and rows["bad"].error.type == "BadRequest"
+    assert rows["bad"].replaced_by == "replan-1"
+    assert (report.counts.failed, report.counts.completed) == (1, 3)
+    asked, revised = report.revisions
+    assert (asked.by, asked.subtask, asked.added) == (
+        "the plan (on_failure: replan)",
+        "bad",
+        ("replan-1",),
+    )
+    assert asked.reason.startswith("bad failed: ")
+    assert (revised.by, revised.subtask) == ("agent orchestrator", "replan-1")
+    assert (revised.added, revised.removed) == (("base-0",), ("ship",))
+    # The replanner was told the goal, the failure and where the plan stood.
+    prompt = next(
+        m.content or ""
+        for m in await subtask_messages(harness.store, report, "replan-1")
+        if m.role == "user"
+    )
+    assert "Its subtask 'bad' failed" in prompt and "Its error: BadRequest: " in prompt
+    assert "- ship: pending, coder, after bad" in prompt
+    assert await assert_replays(harness.client, [plan.id]) >= 1

@@ -7,8 +7,17 @@ import pytest
 
 from durable_plans._errors import PlanValidationError
 from durable_plans.domain.agents_catalog import BUILTIN_AGENTS
-from durable_plans.domain.models import Plan, Subtask, SubtaskStatus
+from durable_plans.domain.models import (
+    ErrorInfo,
+    Plan,
+    PlanReport,
+    PlanStatus,
+    Subtask,
+    SubtaskResult,
+    SubtaskStatus,
+)
 from durable_plans.domain.plan_loader import subtasks_from_data
+from durable_plans.domain.replanning import replan_subtask
 from durable_plans.domain.revision_record import Revision
 from durable_plans.domain.revisions import MAX_REVISION_BYTES, RevisionRequest, revised_plan
 
@@ -88,3 +97,39 @@ def test_subtasks_to_add_are_read_as_a_plan_files_with_each_problem() -> None:
         subtasks_from_data({"subtasks": []})
     with pytest.raises(PlanValidationError, match="beside 'subtasks': goal"):
         subtasks_from_data({"subtasks": [], "goal": "g"})
+
+
+def test_a_replanned_failure_is_counted_but_no_longer_fails_the_plan() -> None:
+    error = ErrorInfo(type="BadRequest", message="no")
+    failed = SubtaskResult(id="bad", status=SubtaskStatus.FAILED, agent="coder", error=error)
+    done = SubtaskResult(id="alt", status=SubtaskStatus.COMPLETED, agent="coder", result="ok")
+    standing = PlanReport.build("p", [failed, done])
+    replaced = PlanReport.build("p", [failed.model_copy(update={"replaced_by": "r"}), done])
+    assert standing.status is PlanStatus.FAILED
+    assert replaced.status is PlanStatus.COMPLETED
+    assert replaced.counts.failed == 1  # never hidden
+
+
+def test_the_replanner_is_told_the_goal_the_failure_and_where_the_plan_stands() -> None:
+    plan = PLAN.model_copy(update={"goal": "ship it", "replanner": "architect"})
+    error = ErrorInfo(type="BadRequest", message="the model refused")
+    failed = SubtaskResult(id="b", status=SubtaskStatus.FAILED, agent="coder", error=error)
+    done = SubtaskResult(id="a", status=SubtaskStatus.COMPLETED, agent="coder", result="laid")
+    sub = replan_subtask(plan, failed, {"a": done, "b": failed}, {}, 1)
+    assert (sub.id, sub.agent, sub.on_failure, sub.depends_on) == (
+        "replan-1",
+        "architect",
+        "fail",
+        (),
+    )
+    text = sub.description
+    assert "(goal: ship it)" in text and "Its subtask 'b' failed" in text
+    assert "Its task was: second" in text
+    assert "Its error: BadRequest: the model refused" in text
+    assert "- a: completed, coder; result: laid" in text
+    assert "- c: pending, coder, after b" in text
+    assert "cannot run without 'b' (c)" in text
+    taken = plan.model_copy(
+        update={"subtasks": (*plan.subtasks, Subtask(id="replan-2", description="x"))}
+    )
+    assert replan_subtask(taken, failed, {}, {}, 2).id == "replan-2x"
