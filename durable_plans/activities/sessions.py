@@ -175,6 +175,9 @@ class SessionActivities:
                     content=result,
                 )
             )
+        # A fork merges results it reused before any of its own subtasks began (which
+        # makes the base session): it may not exist yet.
+        await self._store.create_session(SessionMeta(session_id=inp.base_session_id))
         return await self._store.append(inp.base_session_id, messages)
 
     @activity.defn(name=ACT_BRANCH_SPEND)

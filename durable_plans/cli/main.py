@@ -620,6 +620,48 @@ def cmd_retry(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     )
 
 
+def _add_fork_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "fork",
+        help=action_summary("fork"),
+        description=(
+            "Start a new plan from a plan's step: SUBTASK (changed by --set) and what "
+            "depends on it run again, with whatever had not completed; every other "
+            "completed subtask's result, session and commit are reused (no LLM call). The "
+            "original plan, its report and its branch stay as they are; the new report "
+            "says forked_from. A worker must be polling (the plan's state is read from "
+            "it). Exit 0 completed, 1 refused, failed or Temporal unusable, 2 invalid "
+            "arguments."
+        ),
+    )
+    parser.add_argument("plan_id", metavar="PLAN", help="the plan (workflow) id")
+    parser.add_argument(
+        "--from", dest="from_subtask", required=True, metavar="SUBTASK", help="the step"
+    )
+    _add_set_option(parser, "change a field of SUBTASK (description, agent or model)")
+    parser.add_argument("--id", dest="new_id", metavar="NEW", help="the new plan's id")
+    add_operator_option(parser)
+    _add_embedded_option(parser)
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--no-wait", action="store_true", help="start it and return")
+    parser.set_defaults(handler=cmd_fork)
+
+
+def cmd_fork(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
+    from durable_plans.cli.operate_command import fork_command
+
+    return fork_command(
+        args.plan_id,
+        args.from_subtask,
+        changes=args.changes,
+        new_id=args.new_id,
+        operator=args.operator,
+        embedded=args.embedded,
+        json_output=args.json,
+        no_wait=args.no_wait,
+    )
+
+
 def _add_subtask_action_parsers(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> None:
@@ -771,6 +813,7 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     _add_subtask_action_parsers,
     _add_edit_parser,
     _add_add_parser,
+    _add_fork_parser,
     _add_budget_parser,
     _add_cancel_parser,
     add_approval_parsers,

@@ -177,6 +177,57 @@ def retry_changes(
     return check_changes(dict.fromkeys(subtasks, change), agents_of(settings))
 
 
+async def fork_command(
+    plan_id: str,
+    from_subtask: str,
+    *,
+    changes: list[str] | None = None,
+    new_id: str | None = None,
+    operator: str | None = None,
+    embedded: bool,
+    json_output: bool,
+    no_wait: bool,
+    settings: Settings | None = None,
+) -> int:
+    """``dplan fork PLAN --from SUBTASK [--set FIELD=VALUE ...] [--id NEW]``: a new plan
+    that reuses what the original completed before SUBTASK and runs SUBTASK (changed) and
+    what follows it; the original is left as it is."""
+    ensure_logging(json=False, level="WARNING")
+
+    async def body() -> int:
+        resolved = read_settings(settings)
+        edits = retry_changes([from_subtask], changes or [], resolved)
+        async with contextlib.AsyncExitStack() as stack:
+            conn = await open_connection(
+                stack,
+                resolved,
+                embedded=embedded,
+                no_wait=no_wait,
+                waiting="the fork waits",
+                operator=operator,
+            )
+            fork = await conn.plans.fork(
+                plan_id, from_subtask, changes=edits or None, new_id=new_id
+            )
+            err(
+                f"forked plan '{plan_id}' at {from_subtask} as '{fork.plan_id}': runs "
+                f"{', '.join(fork.rerun)} (the rest is reused; '{plan_id}' is unchanged)"
+            )
+            for sid, change in edits.items():
+                err(f"  {sid}: {', '.join(change.fields)} changed by {conn.plans.operator}")
+            if no_wait:
+                print(fork.plan_id)
+                return Exit.OK
+            url = (
+                web_url(conn.ui_base, conn.settings.temporal_namespace, fork.plan_id)
+                if conn.ui_base
+                else None
+            )
+            return await follow_to_report(conn, fork.plan_id, url, json_output=json_output)
+
+    return await reported(body())
+
+
 async def retry_command(
     plan_id: str,
     *,

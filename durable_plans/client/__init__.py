@@ -29,7 +29,7 @@ from durable_plans.client._approvals import PendingCall, check_decision
 from durable_plans.client._client import Client, agents_of, load_plan
 from durable_plans.client._conversations import Conversation, check_session_id, new_session_id
 from durable_plans.client._live import PlanWatch, SubtaskNow
-from durable_plans.client._operate import check_changes
+from durable_plans.client._operate import ForkedPlan, check_changes
 from durable_plans.client._plans import PlanRun
 from durable_plans.client._runs import RunSummary
 from durable_plans.client._visibility import PlanSummary
@@ -51,6 +51,7 @@ __all__ = [
     "Client",
     "Conversation",
     "DurablePlansError",
+    "ForkedPlan",
     "GcReport",
     "InvalidArgument",
     "InvalidPlan",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
 from os import PathLike
@@ -50,8 +51,10 @@ from durable_plans.client._conversations import (
 )
 from durable_plans.client._live import PlanWatch
 from durable_plans.client._operate import (
+    ForkedPlan,
     check_changes,
     plan_edits,
+    start_fork,
     start_retry,
     update_running_plan,
 )
@@ -351,6 +354,33 @@ class Client:
             by=self._operator,
         )
         return rerun
+
+    async def fork(
+        self,
+        plan_id: str,
+        from_subtask: str,
+        *,
+        changes: Mapping[str, SubtaskChanges] | None = None,
+        new_id: str | None = None,
+    ) -> ForkedPlan:
+        """A new plan made from ``plan_id`` at ``from_subtask``: that subtask (edited by
+        ``changes``, keyed by subtask id) and what depends on it run again, with whatever
+        had not completed; every other completed subtask is reused, with no model call.
+        The original run, its report and its branch are untouched; the fork's report
+        says ``forked_from``. ``new_id`` defaults to ``PLAN-fork-XXXXXX``."""
+        checked = check_changes(changes, self.agents()) if changes else {}
+        fork_id = new_id or f"{plan_id[:110]}-fork-{secrets.token_hex(3)}"
+        rerun = await start_fork(
+            self._temporal,
+            plan_id,
+            from_subtask,
+            fork_id,
+            self._settings.task_queue,
+            changes=checked,
+            catalog=self.agents() if checked else None,
+            by=self._operator,
+        )
+        return ForkedPlan(plan_id=fork_id, rerun=rerun)
 
     async def edits(self, plan_id: str) -> builtins.list[SubtaskEdit]:
         """Who changed which subtask fields in the plan's edits and re-runs (oldest

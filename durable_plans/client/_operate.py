@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -24,7 +25,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from durable_plans._errors import InvalidArgument, OperatorError, Refused
 from durable_plans.client._plans import describe_plan, plan_input_arg, query_plan
@@ -39,10 +40,11 @@ from durable_plans.domain.operations import (
     SubtaskChanges,
     SubtaskEdit,
     change_problems,
+    fork_input,
     retry_input,
     with_agents_of,
 )
-from durable_plans.domain.plan_loader import validate_plan
+from durable_plans.domain.plan_loader import ID_RULE, is_valid_id, validate_plan
 from durable_plans.domain.plan_log import LogEntry, PlanLog
 from durable_plans.domain.problems import describe
 from durable_plans.domain.secrets import scrub_secrets
@@ -212,3 +214,65 @@ async def start_retry(
         ),
     )
     return new_input, rerun
+
+
+@dataclass(frozen=True)
+class ForkedPlan:
+    """A fork just started (``Client.fork``): its plan id, and what runs again in it."""
+
+    plan_id: str
+    rerun: list[str]
+
+
+async def start_fork(
+    client: Client,
+    plan_id: str,
+    from_subtask: str,
+    new_id: str,
+    task_queue: str,
+    *,
+    changes: Mapping[str, SubtaskChanges] | None = None,
+    catalog: AgentCatalog | None = None,
+    by: str = "",
+) -> list[str]:
+    """Start plan ``new_id``, a fork of ``plan_id`` from ``from_subtask`` (``fork_input``);
+    returns the subtasks that run again. The original is only read: its carried state,
+    from its worker (a running plan answers as it stands, an ended one by a replay)."""
+    if not is_valid_id(new_id):
+        raise InvalidArgument(f"--id {new_id!r}: {ID_RULE}")
+    await describe_plan(client, plan_id)  # PlanNotFound, in the CLI's words
+    state = await query_plan(client.get_workflow_handle(plan_id), CARRIED_STATE_QUERY, PlanInput)
+    try:
+        new_input, rerun = fork_input(
+            state, from_subtask, new_id, changes=changes, by=by, at_s=time.time()
+        )
+    except OperatorError as err:
+        raise Refused(str(err)) from err
+    if changes:
+        try:
+            new_input = with_agents_of(new_input, catalog or BUILTIN_CATALOG)
+        except KeyError as err:
+            raise InvalidArgument(str(err)) from None
+        fixed = AgentCatalog(agents=new_input.agents) if new_input.agents else BUILTIN_CATALOG
+        problems = validate_plan(new_input.plan, known_agents=fixed.names())
+        if problems:
+            raise InvalidArgument(f"the edited fork of {plan_id!r} is invalid", problems)
+    goal = new_input.plan.goal
+    try:
+        await client.start_workflow(
+            PLAN_WORKFLOW,
+            await plan_input_arg(new_input),
+            id=new_id,
+            task_queue=task_queue,
+            result_type=PlanReport,
+            task_timeout=PLAN_TASK_TIMEOUT,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            # A fork never takes an id that was ever used: not the original's, nor any.
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            static_summary=f"fork of {plan_id} from {from_subtask} by {by[:40]}"
+            + (f": {scrub_secrets(goal)[:60]}" if goal else ""),
+            memo={"goal": scrub_secrets(goal)[:200], "subtask_count": len(new_input.plan.subtasks)},
+        )
+    except WorkflowAlreadyStartedError:
+        raise Refused(f"a plan with id '{new_id}' exists already: choose another --id") from None
+    return rerun

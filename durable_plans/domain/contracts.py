@@ -18,6 +18,7 @@ from durable_plans.domain.checks import CheckRun
 from durable_plans.domain.compaction import WindowCheck
 from durable_plans.domain.models import (
     Budget,
+    ForkedFrom,
     ModelUsage,
     Plan,
     PlanReport,
@@ -408,6 +409,8 @@ class PlanInput(_Payload):
     # The plan's revisions so far (``domain/revisions.py``; ``plan`` holds what they
     # changed), carried by continue-as-new and ``dplan retry``.
     revisions: Revisions = ()
+    # A fork's origin (``dplan fork``), carried to its report.
+    forked_from: ForkedFrom | None = None
 
 
 class WorkerFacts(_Payload):

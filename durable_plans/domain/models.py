@@ -457,6 +457,14 @@ _SUMMARY_ORDER: Final = (
 )
 
 
+class ForkedFrom(_Frozen):
+    """The plan, and its subtask, a fork was made from (``dplan fork``): what runs again
+    starts there; what came before it is the original's, reused."""
+
+    plan: str
+    subtask: str
+
+
 class PlanReport(_Frozen):
     plan_id: str
     status: PlanStatus
@@ -487,6 +495,7 @@ class PlanReport(_Frozen):
     # How the plan changed while it ran (``domain/revisions.py``), oldest first: the
     # subtasks each revision added or removed, who asked, when and why.
     revisions: Revisions = ()
+    forked_from: ForkedFrom | None = None
 
     def running_for(self, now_s: float) -> PlanReport:
         """This report with the duration up to ``now_s`` while the plan is still open
@@ -550,6 +559,7 @@ class PlanReport(_Frozen):
         log: tuple[LogEntry, ...] = (),
         log_omitted: int = 0,
         revisions: tuple[Revision, ...] = (),
+        forked_from: ForkedFrom | None = None,
     ) -> PlanReport:
         """The only way reports are made: counts, totals and status derive from results
         (and a failed plan-level check, ``error``)."""
@@ -587,4 +597,5 @@ class PlanReport(_Frozen):
             log=log,
             log_omitted=log_omitted,
             revisions=revisions,
+            forked_from=forked_from,
         )

@@ -19,8 +19,16 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 from durable_plans._errors import OperatorError
 from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
 from durable_plans.domain.contracts import PlanInput
-from durable_plans.domain.models import Budget, Plan, SubtaskResult, SubtaskStatus, Usage
+from durable_plans.domain.models import (
+    Budget,
+    ForkedFrom,
+    Plan,
+    SubtaskResult,
+    SubtaskStatus,
+    Usage,
+)
 from durable_plans.domain.plan_loader import MAX_DESCRIPTION_CHARS, model_problem
+from durable_plans.domain.plan_log import LogEntry
 from durable_plans.domain.problems import describe, lone_surrogate, unknown_field, unknown_name
 from durable_plans.domain.scheduling import transitive_dependents
 from durable_plans.domain.text_formats import quote
@@ -45,6 +53,7 @@ __all__ = [
     "budget_problem",
     "change_problems",
     "edited_plan",
+    "fork_input",
     "merged_budget",
     "paused_problem",
     "retry_input",
@@ -328,4 +337,48 @@ def retry_input(
             }
         ),
         [sid for sid in order if sid in rerun],
+    )
+
+
+def fork_input(
+    state: PlanInput,
+    from_subtask: str,
+    new_id: str,
+    *,
+    changes: Mapping[str, SubtaskChanges] | None = None,
+    by: str = "",
+    at_s: float = 0.0,
+) -> tuple[PlanInput, list[str]]:
+    """The first input of a new plan ``new_id`` made from ``state`` (another plan's
+    carried state): ``from_subtask`` and what depends on it run again (edited by
+    ``changes``), with whatever did not complete; every other completed subtask's result,
+    session and commit are reused, so they ask no model. The original plan is not
+    touched: the fork has its own id, base session, log, clock and spend.
+    """
+    if state.plan_data is not None:
+        raise OperatorError(
+            f"plan {state.plan.id!r} runs by reference (its plan is too big to travel "
+            "whole): it cannot be forked yet"
+        )
+    forked, rerun = retry_input(state, [from_subtask], changes)
+    origin = ForkedFrom(plan=state.plan.id, subtask=from_subtask)
+    entry = LogEntry.of(
+        at_s, "forked", by=by, subtask=from_subtask, detail=f"from plan {state.plan.id}"
+    )
+    # A plan conversation's session is the original's: the fork merges into its own.
+    plan = forked.plan.model_copy(update={"id": new_id, "session_id": None})
+    return (
+        forked.model_copy(
+            update={
+                "plan": plan,
+                "merged": (),
+                "prior": (),
+                "started_at_s": None,
+                "log": (entry,),
+                "log_omitted": 0,
+                "forked_from": origin,
+                "max_completions_per_run": None,
+            }
+        ),
+        rerun,
     )

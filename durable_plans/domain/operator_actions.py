@@ -91,6 +91,13 @@ OPERATOR_ACTIONS: Final[tuple[OperatorAction, ...]] = (
         "stop a running plan (it ends cancelled; `dplan retry` runs the rest later)",
     ),
     OperatorAction(
+        "fork",
+        "fork",
+        ("from_subtask", "changes", "new_id"),
+        frozenset({"changes", "new_id"}),
+        "start a new plan from a step: it and what follows run again, the rest is reused",
+    ),
+    OperatorAction(
         "retry",
         "retry",
         ("subtasks", "changes"),

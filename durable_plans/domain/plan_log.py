@@ -50,6 +50,7 @@ LogKind = Literal[
     "retried",
     "edited",
     "revised",  # subtasks added to the running plan or removed from it (domain/revisions.py)
+    "forked",  # this plan was made from another's step (dplan fork)
 ]
 
 # The signal a subtask (or a sub-agent it spawned) sends its plan with an approval decision.

@@ -520,6 +520,22 @@ async def _retry(client: Client, plan_id: str, body: Json) -> Json:
     return {"message": f"retrying: {', '.join(rerun) or 'nothing'}", "rerun": rerun}
 
 
+async def _fork(client: Client, plan_id: str, body: Json) -> Json:
+    subtask = _string(body, "subtask")
+    assert subtask is not None
+    raw = body.get("changes") or {}
+    if not isinstance(raw, dict):
+        raise _bad("changes must be {description, agent, model}")
+    new_id = _string(body, "new_id", required=False) or None
+    data: Mapping[str, Any] = {subtask: raw} if raw else {}
+    fork = await client.fork(plan_id, subtask, changes=data or None, new_id=new_id)
+    return {
+        "message": f"forked as {fork.plan_id}: runs {', '.join(fork.rerun)}",
+        "plan_id": fork.plan_id,
+        "rerun": fork.rerun,
+    }
+
+
 def _changes(raw: object) -> dict[str, dict[str, object]]:
     """``{subtask: {field: value}}`` as sent; the client judges the fields and values
     (``check_changes``: the same sentences as ``dplan retry --set``)."""
@@ -551,6 +567,7 @@ CONTROLS: Mapping[str, Control] = {
     "budget": _budget,
     "cancel": _cancel,
     "retry": _retry,
+    "fork": _fork,
 }
 """The page's control of each operator action, by its name in ``OPERATOR_ACTIONS``."""
 

@@ -359,6 +359,7 @@ class PlanWorkflow(PauseHandlers):
             log=self._log.entries,
             log_omitted=self._log.omitted,
             revisions=tuple(self._revisions),
+            forked_from=self._inp.forked_from if self._inp is not None else None,
         )
 
     def _progress_report(self) -> PlanReport:
@@ -544,6 +545,7 @@ class PlanWorkflow(PauseHandlers):
             log=self._log.entries,
             log_omitted=self._log.omitted,
             revisions=tuple(self._revisions),
+            forked_from=inp.forked_from,
         )
 
     def _continued(self, inp: PlanInput) -> PlanInput:

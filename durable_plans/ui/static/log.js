@@ -17,6 +17,7 @@
     retried: "↻ retried",
     edited: "✎ edited",
     revised: "+ revised",
+    forked: "⑂ forked",
   };
 
   function when(atS) {
