@@ -37,6 +37,7 @@ from durable_plans.client._watch import (
     ApprovalWaiting,
     PlanEnded,
     PlanEvent,
+    PlanRevised,
     SubtaskChanged,
     TextStreamed,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "PlanEnded",
     "PlanEvent",
     "PlanNotFound",
+    "PlanRevised",
     "PlanRun",
     "PlanSummary",
     "PlanTrees",

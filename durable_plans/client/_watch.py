@@ -24,11 +24,13 @@ from durable_plans.client._approvals import PendingCall, pending_calls
 from durable_plans.client._live import PlanWatch
 from durable_plans.client._plans import describe_plan, query_status, wait_for_report
 from durable_plans.domain.models import PlanReport, SubtaskResult, SubtaskStatus
+from durable_plans.domain.revision_record import Revision
 
 __all__ = [
     "ApprovalWaiting",
     "PlanEnded",
     "PlanEvent",
+    "PlanRevised",
     "SubtaskChanged",
     "TextStreamed",
     "watch_plan",
@@ -65,13 +67,26 @@ class ApprovalWaiting:
 
 
 @dataclass(frozen=True)
+class PlanRevised:
+    """The plan changed while it ran (``domain/revisions.py``): subtasks added or removed
+    by an operator, an agent, or the plan replanning around a failure."""
+
+    plan_id: str
+    revision: Revision
+
+
+@dataclass(frozen=True)
 class PlanEnded:
     """The last event: the plan's final report, however it ended."""
 
     report: PlanReport
 
 
-PlanEvent = SubtaskChanged | TextStreamed | ApprovalWaiting | PlanEnded
+PlanEvent = SubtaskChanged | TextStreamed | ApprovalWaiting | PlanRevised | PlanEnded
+
+
+# How long one round of a watch waits for the running subtasks to list their waiting calls.
+APPROVALS_WAIT_S = 2.0
 
 
 class _Seen:
@@ -82,9 +97,13 @@ class _Seen:
         self.status: dict[str, SubtaskStatus] = {}
         self.text: dict[str, str] = {}
         self.calls: set[str] = set()
+        self.revisions = 0
 
     def changes(self, report: PlanReport) -> list[PlanEvent]:
-        events: list[PlanEvent] = []
+        events: list[PlanEvent] = [
+            PlanRevised(self.plan_id, r) for r in report.revisions[self.revisions :]
+        ]
+        self.revisions = max(self.revisions, len(report.revisions))
         for result in report.subtasks:
             if self.status.get(result.id) is not result.status:
                 self.status[result.id] = result.status
@@ -122,8 +141,12 @@ async def watch_plan(
     ended = asyncio.ensure_future(wait_for_report(handle))
     try:
         while not ended.done():
-            for event in await _poll(client, handle, seen, live):
+            report, events = await _poll(handle, seen, live)
+            for event in events:
                 yield event
+            if report is not None:
+                for event in await _waiting(client, handle.id, report, seen):
+                    yield event
             await asyncio.wait({ended}, timeout=poll_interval_s)
         report = ended.result()
         for event in seen.changes(report):
@@ -137,16 +160,28 @@ async def watch_plan(
 
 
 async def _poll(
-    client: Client, handle: WorkflowHandle[Any, PlanReport], seen: _Seen, live: PlanWatch
-) -> list[PlanEvent]:
+    handle: WorkflowHandle[Any, PlanReport], seen: _Seen, live: PlanWatch
+) -> tuple[PlanReport | None, list[PlanEvent]]:
     try:
         report = await query_status(handle)
     except (StatusUnavailable, RPCError):
-        return []  # no worker right now, or the plan just closed: the result says
+        return None, []  # no worker right now, or the plan just closed: the result says
     events = seen.changes(report)
     await live.refresh(report)
     events += seen.texts(live)
-    if any(r.status is SubtaskStatus.RUNNING for r in report.subtasks):
-        with contextlib.suppress(RPCError, StatusUnavailable):
-            events += seen.waiting(await pending_calls(client, handle.id, report))
-    return events
+    return report, events
+
+
+async def _waiting(
+    client: Client, plan_id: str, report: PlanReport, seen: _Seen
+) -> list[PlanEvent]:
+    """Calls that started waiting for a person. Asked after the round's other events are
+    out, and only for so long: a subtask busy in a long call (a local activity holds its
+    workflow task) answers its query late, and the plan's other news must not wait."""
+    if not any(r.status is SubtaskStatus.RUNNING for r in report.subtasks):
+        return []
+    try:
+        calls = await asyncio.wait_for(pending_calls(client, plan_id, report), APPROVALS_WAIT_S)
+    except (RPCError, StatusUnavailable, TimeoutError):
+        return []  # the next round asks again
+    return seen.waiting(calls)

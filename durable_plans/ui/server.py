@@ -31,6 +31,7 @@ from durable_plans.client import (
     InvalidArgument,
     PlanEnded,
     PlanNotFound,
+    PlanRevised,
     Refused,
     StatusUnavailable,
     SubtaskChanged,
@@ -382,6 +383,9 @@ async def _events(request: web.Request) -> web.StreamResponse:
                     )
                 elif isinstance(event, ApprovalWaiting):
                     await queue.put({"type": "approval", "call": approval_json(event.call)})
+                elif isinstance(event, PlanRevised):
+                    revision = event.revision.model_dump(mode="json")
+                    await queue.put({"type": "revised", "revision": revision})
                 elif isinstance(event, PlanEnded):
                     await queue.put({"type": "ended", "report": report_json(event.report)})
         except (DurablePlansError, RPCError) as error:

@@ -108,6 +108,7 @@ def report_json(report: PlanReport) -> dict[str, Any]:
         "log": [entry.model_dump(mode="json") for entry in reversed(report.log)],
         "log_omitted": report.log_omitted,
         "revisions": [revision.model_dump(mode="json") for revision in report.revisions],
+        "forked_from": report.forked_from.model_dump() if report.forked_from else None,
     }
 
 

@@ -491,6 +491,43 @@ async def test_the_log_lists_every_decision_taken_from_the_page(
     assert budget.detail == "max_tokens 1,000,000,000"
 
 
+async def test_added_subtasks_appear_live_marked_with_who_added_them_and_a_fork_links_back(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """A revision while the page is open: its nodes appear without a reload, marked with
+    who added them; a fork of the plan opens with a link to the original."""
+    assert isinstance(harness.provider, GatedProvider)
+    held = harness.provider.gate("lead", 99, first_call_of("Survey first"))
+    plan = make_plan([("lead", "Survey first", [])], prefix="ui-revise")
+    await harness.start(plan)
+    client = PlansClient(harness.client, harness.settings)
+    node = "document.querySelector('#graph g.node[data-id=\"{}\"]')"
+    try:
+        async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
+            await open_page(cdp, f"{ui.url}#/plan/{plan.id}")
+            await wait_status(harness, plan.id, "lead", SubtaskStatus.RUNNING)
+            added = [
+                Subtask(id=f"m{i}", description=f"Module {i}", depends_on=("lead",))
+                for i in range(2)
+            ]
+            await client.revise(plan.id, add=added, reason="two more modules")
+            await cdp.wait_for(f"{node.format('m1')} !== null", timeout_s=WAIT_S)
+            added_by = await cdp.evaluate(f"{node.format('m0')}.dataset.addedBy")
+            held.release()
+            await cdp.wait_for(f"{node_status('m1')} === 'completed'", timeout_s=WAIT_S)
+            fork = await client.fork(plan.id, "m0", new_id=f"{plan.id}-b")
+            await client.report(fork.plan_id)
+            await open_page(cdp, f"{ui.url}#/plan/{fork.plan_id}")
+            await cdp.wait_for("!document.getElementById('plan-fork').hidden", timeout_s=WAIT_S)
+            told = await cdp.evaluate("document.getElementById('plan-fork').textContent")
+            link = await cdp.evaluate("document.querySelector('#plan-fork a').getAttribute('href')")
+    finally:
+        held.release()
+    assert added_by == default_operator()
+    assert told.startswith(f"forked from plan {plan.id} at m0")
+    assert link == f"#/plan/{plan.id}"
+
+
 async def test_a_paused_subtask_is_edited_and_run_again_from_its_panel(
     harness: Harness, tmp_path: Path
 ) -> None:

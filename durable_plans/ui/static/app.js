@@ -198,6 +198,19 @@
       this.report = report;
       this.reportAt = Date.now();
       for (const r of report.subtasks) this.graph.setResult(r);
+      this.graph.setRevisions(report.revisions || []);
+    }
+
+    /* A revision changed the plan while it runs: draw the plan as it is now. */
+    async refreshPlan() {
+      const data = await DplanApi.get(this.api());
+      if (this.gone) return;
+      this.plan = data.plan;
+      this.graph.setPlan(data.plan.subtasks);
+      if (data.report && !this.closed) this.setReport(data.report);
+      this.graph.drawnKey = "";
+      this.redraw();
+      this.paintHead();
     }
 
     /* The plan's duration now: the report's, counting on while the plan is open (the
@@ -242,6 +255,14 @@
     paintHead() {
       const p = this.plan;
       const r = this.report;
+      const fork = $("plan-fork");
+      const origin = r && r.forked_from;
+      fork.hidden = !origin;
+      fork.replaceChildren();
+      if (origin) {
+        fork.append("forked from plan ", P.h("a", { href: "#/plan/" + encodeURIComponent(origin.plan) }, origin.plan),
+          ` at ${origin.subtask}: what came before it is reused from there, the rest ran here`);
+      }
       $("crumb").textContent = "plan " + p.id;
       $("plan-title").textContent = p.id;
       $("plan-goal").textContent = p.goal;
@@ -312,6 +333,8 @@
         if (this.selected === event.subtask) this.paintLiveText();
       } else if (event.type === "approval") {
         this.refreshApprovals();
+      } else if (event.type === "revised") {
+        this.refreshPlan();
       } else if (event.type === "ended") {
         this.setReport(event.report);
         this.closed = true;
@@ -507,6 +530,8 @@
     $("plan-runs").replaceChildren();
     $("plan-run-note").hidden = true;
     $("plan-run-note").replaceChildren();
+    $("plan-fork").hidden = true;
+    $("plan-fork").replaceChildren();
     $("approvals").hidden = true;
     $("approvals").replaceChildren();
     $("search").value = "";

@@ -359,6 +359,12 @@
     }
     setResult(result) { this.results.set(result.id, result); }
 
+    /* Who added each subtask a revision added (the report's ``revisions``). */
+    setRevisions(revisions) {
+      this.addedBy = new Map();
+      for (const rev of revisions) for (const id of rev.added) this.addedBy.set(id, rev.by || "an operator");
+    }
+
     /* The subtasks with a tool call waiting for a person; true when that changed. */
     setWaiting(ids) {
       const next = new Set(ids);
@@ -542,6 +548,12 @@
       if (waiting) cls.push("waiting");
       group.setAttribute("class", cls.join(" "));
       group.setAttribute("data-waiting", waiting ? "true" : "false");
+      const addedBy = this.addedBy && this.addedBy.get(id);
+      if (addedBy) {
+        cls.push("added");
+        group.setAttribute("class", cls.join(" "));
+        group.setAttribute("data-added-by", addedBy);
+      }
       const secs = this.durationOf(id);
       const state = waiting ? "… waiting for a person" : `${icon(status)} ${status}`;
       const lines = [
@@ -557,7 +569,8 @@
       });
       if (subs.length > MAX_SUB_ROWS) lines.push({ text: `↳ … ${subs.length - MAX_SUB_ROWS} more sub-agents`, cls: "sub" });
       this.setTexts(group, lines);
-      group.querySelector("title").textContent = `${id}: ${status}\n${s.description}`;
+      group.querySelector("title").textContent =
+        `${id}: ${status}${addedBy ? " (added by " + addedBy + ")" : ""}\n${s.description}`;
     }
 
     paintGroup(layer) {
