@@ -491,11 +491,12 @@ async def test_the_log_lists_every_decision_taken_from_the_page(
     assert budget.detail == "max_tokens 1,000,000,000"
 
 
-async def test_added_subtasks_appear_live_marked_with_who_added_them_and_a_fork_links_back(
+async def test_a_subtask_added_from_the_panel_appears_live_and_a_fork_from_it_links_back(
     harness: Harness, tmp_path: Path
 ) -> None:
-    """A revision while the page is open: its nodes appear without a reload, marked with
-    who added them; a fork of the plan opens with a link to the original."""
+    """The panel's "add a subtask after this one" revises the running plan: the node
+    appears without a reload, marked with who added it, as one added through the client
+    does; "fork from here" starts a new plan and opens it, linked to the original."""
     assert isinstance(harness.provider, GatedProvider)
     held = harness.provider.gate("lead", 99, first_call_of("Survey first"))
     plan = make_plan([("lead", "Survey first", [])], prefix="ui-revise")
@@ -504,28 +505,38 @@ async def test_added_subtasks_appear_live_marked_with_who_added_them_and_a_fork_
     node = "document.querySelector('#graph g.node[data-id=\"{}\"]')"
     try:
         async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
-            await open_page(cdp, f"{ui.url}#/plan/{plan.id}")
+            await open_page(cdp, f"{ui.url}#/plan/{plan.id}/lead")
             await wait_status(harness, plan.id, "lead", SubtaskStatus.RUNNING)
-            added = [
-                Subtask(id=f"m{i}", description=f"Module {i}", depends_on=("lead",))
-                for i in range(2)
-            ]
-            await client.revise(plan.id, add=added, reason="two more modules")
+            await cdp.wait_for("document.getElementById('add-form') !== null", timeout_s=WAIT_S)
+            await set_value(cdp, '#add-form input[name="id"]', "m0")
+            await set_value(cdp, '#add-form textarea[name="description"]', "Module 0")
+            await click(cdp, '#add-form button[data-action="add"]')
+            await flashed(cdp, "revision 1: added m0")
+            await client.revise(plan.id, add=[Subtask(id="m1", description="Module 1")])
             await cdp.wait_for(f"{node.format('m1')} !== null", timeout_s=WAIT_S)
-            added_by = await cdp.evaluate(f"{node.format('m0')}.dataset.addedBy")
+            added_by = await cdp.evaluate(
+                f"[{node.format('m0')}.dataset.addedBy, {node.format('m1')}.dataset.addedBy]"
+            )
             held.release()
-            await cdp.wait_for(f"{node_status('m1')} === 'completed'", timeout_s=WAIT_S)
-            fork = await client.fork(plan.id, "m0", new_id=f"{plan.id}-b")
-            await client.report(fork.plan_id)
-            await open_page(cdp, f"{ui.url}#/plan/{fork.plan_id}")
+            await cdp.wait_for(f"{node_status('m0')} === 'completed'", timeout_s=WAIT_S)
+            await click(cdp, '#graph g.node[data-id="m0"]')
+            await cdp.wait_for("document.getElementById('fork-form') !== null", timeout_s=WAIT_S)
+            await set_value(cdp, '#fork-form textarea[name="description"]', "Module 0, again")
+            await click(cdp, '#fork-form button[data-action="fork"]')
             await cdp.wait_for("!document.getElementById('plan-fork').hidden", timeout_s=WAIT_S)
             told = await cdp.evaluate("document.getElementById('plan-fork').textContent")
             link = await cdp.evaluate("document.querySelector('#plan-fork a').getAttribute('href')")
+            forked = await cdp.evaluate("location.hash")
     finally:
         held.release()
-    assert added_by == default_operator()
+    who = default_operator()
+    assert added_by == [who, who]
     assert told.startswith(f"forked from plan {plan.id} at m0")
     assert link == f"#/plan/{plan.id}"
+    fork_id = forked.removeprefix("#/plan/")
+    report = await client.report(fork_id)
+    assert report.forked_from is not None and report.forked_from.plan == plan.id
+    assert by_id(report)["m0"].result != by_id(await client.report(plan.id))["m0"].result
 
 
 async def test_a_paused_subtask_is_edited_and_run_again_from_its_panel(

@@ -453,6 +453,7 @@
         const answer = await DplanApi.post(`/api/do/${encodeURIComponent(this.planId)}/${action}`, body);
         if (this.gone) return;
         flash(answer.message || "done");
+        if (action === "fork" && answer.plan_id) { location.hash = "#/plan/" + encodeURIComponent(answer.plan_id); return; }
         if (action === "retry") { this.closed = false; setTimeout(() => { this.reload(); this.loadRuns(); }, 300); }
         this.refreshApprovals();
         this.refreshReport();

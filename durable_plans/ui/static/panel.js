@@ -88,6 +88,15 @@
           page.act("edit", { subtask: sid, changes: change });
         }));
     }
+    if (planOpen) {
+      // A revision: a subtask the plan did not foresee, run once this one completed.
+      box.append(h("h3", {}, "add a subtask after this one"), addForm(page, sid));
+    }
+    // A fork: this subtask (changed) and what follows run again in a new plan.
+    box.append(h("h3", {}, "fork from here"), editForm(def, "fork-form", "fork",
+      "fork: a new plan from this step", (change) => {
+        page.act("fork", Object.keys(change).length ? { subtask: sid, changes: change } : { subtask: sid });
+      }));
     if (!planOpen) {
       box.append(h("h3", {}, "edit and re-run"), editForm(def, "rerun-form", "rerun",
         "edit and re-run (with its dependents)", (change) => {
@@ -96,6 +105,26 @@
         }));
     }
     return box;
+  }
+
+  /* A new subtask depending on ``sid``: the plan's ``add`` action (a revision). */
+  function addForm(page, sid) {
+    const id = h("input", { name: "id", placeholder: "new subtask id" });
+    const description = h("textarea", { name: "description", rows: "3", placeholder: "what it must achieve" });
+    const agent = h("input", { name: "agent", placeholder: "coder" });
+    const form = h("form", { class: "control", id: "add-form" },
+      h("label", {}, "id ", id),
+      h("label", {}, "description", description),
+      h("label", {}, "agent ", agent),
+      h("button", { type: "submit", class: "primary", data: { action: "add" } }, "add to the plan"),
+    );
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const subtask = { id: id.value.trim(), description: description.value, depends_on: [sid] };
+      if (agent.value.trim()) subtask.agent = agent.value.trim();
+      page.act("add", { add: [subtask], reason: "added from the plan page" });
+    });
+    return form;
   }
 
   /* A form for a subtask's description, agent and model; ``submit`` gets what changed. */
