@@ -426,6 +426,38 @@ async def case_pause(env: Env) -> list[str]:
     return [plan.id]
 
 
+async def case_revision(env: Env) -> list[str]:
+    """(j) Plans that change: an orchestrator adds two subtasks after itself with
+    ``revise_plan`` (an Update from its activity), and under ``on_failure: replan`` a 400
+    makes the plan add its replanner, which removes the failure's dependent and adds
+    another way; the plan completes."""
+    plan = plan_of(
+        "hist-revision",
+        [
+            ("a", "Inspect the repository", "coder", []),
+            ("lead", "Survey the modules [revise:2:lead]", "orchestrator", ["a"]),
+            (
+                "bad",
+                "Build it [fail:400:tool=write_file] [revise:1:a] [remove:after]",
+                "coder",
+                ["a"],
+            ),
+            ("after", "Ship what bad built", "coder", ["bad"]),
+        ],
+    ).model_copy(update={"on_failure": "replan"})
+    report, failure = await run_plan(env.client, plan, env.task_queue)
+    ids = [r.id for r in report.subtasks]
+    _expect(
+        failure is None
+        and report.status is PlanStatus.COMPLETED
+        and ids == ["a", "lead", "bad", "lead-0", "lead-1", "replan-1", "a-0"]
+        and len(report.revisions) == 3,
+        "revision",
+        report,
+    )
+    return [plan.id]
+
+
 # The cases of CURRENT_SHAPE (README.md says what each holds).
 CASES: dict[str, Case] = {
     "session": case_session,
@@ -438,6 +470,7 @@ CASES: dict[str, Case] = {
     "approval": case_approval,
     "workspace": case_workspace,
     "compaction": case_compaction,
+    "revision": case_revision,
 }
 
 

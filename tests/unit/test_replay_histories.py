@@ -51,6 +51,7 @@ CASES = (
     "approval",
     "workspace",
     "compaction",
+    "revision",
 )
 SUCCESS_SUBTASK = CURRENT / "success" / "hist-success__a.0.json"
 PATCH_MARKER = "core_patch"
@@ -124,6 +125,11 @@ def test_every_case_is_recorded_with_the_workflows_it_is_about(shape: Path) -> N
     assert (shape / "subagent" / "hist-subagent__spawn__coder-0-0.0.json").exists()
     assert _types(shape / "pause") == {"PlanWorkflow": 1, "SubtaskWorkflow": 4}
     assert _types(shape / "workspace") == {"PlanWorkflow": 1, "SubtaskWorkflow": 4}
+    # An agent's revision and a replan's two: seven subtasks ran, ``after`` was removed.
+    assert _types(shape / "revision") == {"PlanWorkflow": 1, "SubtaskWorkflow": 7}
+    plan_run = _events(shape / "revision" / "hist-revision.0.json")
+    accepted = "workflowExecutionUpdateAcceptedEventAttributes"
+    assert len([e for e in plan_run if accepted in e]) == 2  # lead's and replan-1's
     # Three calls waited; Updates decided them, in the subtasks that held them.
     assert _types(shape / "approval") == {"PlanWorkflow": 1, "SubtaskWorkflow": 3}
     for path in (shape / "approval").glob("*__*.json"):
@@ -218,7 +224,7 @@ def test_every_plan_run_asks_its_worker_first_and_records_the_answer() -> None:
     workflow task before the marker, as in the approval case: test_replay_forced_tasks.)
     Subtasks and conversations never ask."""
     plans = _plans()
-    assert len(plans) == 7
+    assert len(plans) == 8
     for path in plans:
         events = _events(path)
         first_command = next(e for e in events[1:] if e["eventType"] in COMMAND_EVENTS)
@@ -236,7 +242,7 @@ def test_subtasks_make_their_calls_and_tool_calls_as_local_activities() -> None:
     ``call_llm`` or ``run_tool`` activity (local-activity markers instead), and builds its
     branch in its first call (no ``begin_subtask``)."""
     subtasks = _subtasks()
-    assert len(subtasks) == 25
+    assert len(subtasks) == 32
     for path in subtasks:
         scheduled = _activity_types(path)
         local = _local_activity_types(path)
