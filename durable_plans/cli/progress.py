@@ -394,6 +394,18 @@ def report_renderable(report: PlanReport, *, web_url: str | None = None) -> Rend
         style="dim",
     )
     parts: list[RenderableType] = [headline, table, totals, usage]
+    if report.forked_from is not None:
+        origin = report.forked_from
+        parts.append(Text(f"forked from plan {origin.plan} at {origin.subtask}", style="dim"))
+    if report.revisions:
+        parts.append(
+            Text(
+                f"revised {len(report.revisions)} time"
+                + ("s" if len(report.revisions) != 1 else "")
+                + " while it ran (see the log)",
+                style="dim",
+            )
+        )
     parts.extend(_model_lines(report))
     workspace = workspace_line(report)
     if workspace is not None:

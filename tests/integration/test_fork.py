@@ -4,7 +4,11 @@ byte for byte the same, and both plans' result branches exist."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +20,8 @@ from tests.integration.plans import by_id, make_plan
 from tests.integration.replay import assert_replays
 
 pytestmark = pytest.mark.integration
+
+DPLAN = Path(sys.executable).parent / "dplan"
 
 CHAIN = [
     ("one", "Step one", []),
@@ -85,3 +91,32 @@ async def test_a_fork_names_what_it_cannot_do(harness: Harness) -> None:
         await client.fork(plan.id, "nine")
     with pytest.raises(Refused, match="exists already"):
         await client.fork(plan.id, "two", new_id=plan.id)
+
+
+async def test_dplan_fork_starts_the_fork_and_names_a_step_the_plan_lacks(
+    harness: Harness,
+) -> None:
+    plan = make_plan(CHAIN[:2], prefix="fork-cli")
+    await (await harness.start(plan)).result()
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": harness.settings.temporal_address,
+        "TEMPORAL_NAMESPACE": harness.settings.temporal_namespace,
+        "DPLAN_TASK_QUEUE": harness.settings.task_queue,
+    }
+
+    def dplan(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(DPLAN), *args], env=env, capture_output=True, text=True, timeout=120
+        )
+
+    missing = await asyncio.to_thread(dplan, "fork", plan.id, "--from", "nine")
+    started = await asyncio.to_thread(
+        dplan, "fork", plan.id, "--from", "two", "--id", f"{plan.id}-cli", "--no-wait"
+    )
+    assert missing.returncode == 1 and "error:" in missing.stderr and "nine" in missing.stderr
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.strip() == f"{plan.id}-cli"
+    assert f"forked plan '{plan.id}' at two as '{plan.id}-cli': runs two" in started.stderr
+    report = await Client(harness.client, harness.settings).report(f"{plan.id}-cli")
+    assert report.status is PlanStatus.COMPLETED and report.forked_from is not None
