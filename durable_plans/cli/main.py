@@ -396,6 +396,34 @@ def cmd_codec_server(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
 # The plan page: the DAG, each agent's work and the operator's controls (durable_plans/ui).
 
 
+def _add_mcp_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "mcp",
+        help="serve the plans as MCP tools (stdio, or streamable HTTP with --http)",
+        description=(
+            "An MCP server for agents: tools start_plan (a plan object or a goal; wait: "
+            "progress, then the report), plan_status, plan_report, list_plans, "
+            "approve_call, reject_call, cancel_plan, retry_plan, and each plan's report and "
+            "subtask conversations as resources. Over stdio by default; --http HOST:PORT "
+            "serves streamable HTTP at /mcp, on a loopback address unless --token is given "
+            "(clients send Authorization: Bearer TOKEN). Exit 0 stopped, 1 Temporal "
+            "unreachable, 2 invalid arguments."
+        ),
+    )
+    parser.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP instead")
+    parser.add_argument(
+        "--token", metavar="TOKEN", help="a bearer token every HTTP request must carry"
+    )
+    add_operator_option(parser)
+    parser.set_defaults(handler=cmd_mcp)
+
+
+def cmd_mcp(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
+    from durable_plans.cli.mcp_command import mcp_command
+
+    return mcp_command(args.http, args.token, operator=args.operator)
+
+
 def _add_ui_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "ui",
@@ -814,6 +842,7 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     _add_edit_parser,
     _add_add_parser,
     _add_fork_parser,
+    _add_mcp_parser,
     _add_budget_parser,
     _add_cancel_parser,
     add_approval_parsers,

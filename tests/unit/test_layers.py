@@ -61,7 +61,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "durable_plans.codec_server",
     ),
     ("durable_plans.client",),
-    ("durable_plans.cli", "durable_plans.ui", "durable_plans.testing"),
+    ("durable_plans.cli", "durable_plans.ui", "durable_plans.testing", "durable_plans.mcp_server"),
 )
 FACADE = "durable_plans"
 
