@@ -494,6 +494,9 @@ def _add_list_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         default=None,
         help="a visibility query ANDed to the list, e.g. 'DplanTokens > 1000'",
     )
+    parser.add_argument(
+        "--schedule", metavar="ID", default=None, help="only the plans schedule ID started"
+    )
     parser.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     parser.add_argument("--json", action="store_true", help="print the rows as a JSON array")
     parser.set_defaults(handler=cmd_list)
@@ -502,9 +505,68 @@ def _add_list_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 def cmd_list(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     from durable_plans.cli.list_command import list_command
 
-    return list_command(
-        status=args.status, query=args.query, json_output=args.json, limit=args.limit
+    query = args.query
+    if args.schedule:
+        scheduled = f"TemporalScheduledById = {json.dumps(args.schedule)}"
+        query = f"({query}) AND {scheduled}" if query else scheduled
+    return list_command(status=args.status, query=query, json_output=args.json, limit=args.limit)
+
+
+def _add_schedule_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "schedule",
+        help="recurring plans: Temporal Schedules that start a plan",
+        description=(
+            "Temporal Schedules of plans: they show in Temporal Web and survive whatever "
+            "Temporal survives. Each run is an ordinary plan, id SCHEDULE_ID-<time>; `dplan "
+            "list --schedule ID` lists them. Exit 0 done, 1 refused or Temporal unusable, "
+            "2 invalid arguments or plan."
+        ),
     )
+    actions = parser.add_subparsers(dest="schedule_action", metavar="ACTION", required=True)
+    create = actions.add_parser("create", help="create a schedule for a plan file")
+    create.add_argument("schedule_id", metavar="ID", help="the schedule's id")
+    create.add_argument("plan", metavar="PLAN", help="the plan file (its id is not used)")
+    when = create.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", metavar="EXPR", help="a cron expression, e.g. '0 3 * * *'")
+    when.add_argument("--every", metavar="DURATION", help="an interval, e.g. 10s, 1h, 1d")
+    create.add_argument(
+        "--overlap",
+        choices=("skip", "buffer-one", "allow-all"),
+        default="skip",
+        help="a run that comes while the last still runs (default skip)",
+    )
+    create.add_argument("--paused", action="store_true", help="create it paused")
+    create.set_defaults(handler=cmd_schedule)
+    listing = actions.add_parser("list", help="the schedules, their next runs and last plans")
+    listing.add_argument("--json", action="store_true", help="print them as a JSON array")
+    listing.set_defaults(handler=cmd_schedule)
+    for name, text in (
+        ("pause", "stop starting plans"),
+        ("unpause", "start plans again"),
+        ("trigger", "start one plan now"),
+        ("delete", "remove the schedule (its plans stay)"),
+    ):
+        one = actions.add_parser(name, help=text)
+        one.add_argument("schedule_id", metavar="ID", help="the schedule's id")
+        one.set_defaults(handler=cmd_schedule)
+
+
+def cmd_schedule(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
+    from durable_plans.cli import schedule_command as sc
+
+    if args.schedule_action == "create":
+        return sc.schedule_create_command(
+            args.schedule_id,
+            args.plan,
+            cron=args.cron,
+            every=args.every,
+            overlap=args.overlap,
+            paused=args.paused,
+        )
+    if args.schedule_action == "list":
+        return sc.schedule_list_command(json_output=args.json)
+    return sc.schedule_action_command(args.schedule_action, args.schedule_id)
 
 
 def _add_setup_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -843,6 +905,7 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     _add_add_parser,
     _add_fork_parser,
     _add_mcp_parser,
+    _add_schedule_parser,
     _add_budget_parser,
     _add_cancel_parser,
     add_approval_parsers,

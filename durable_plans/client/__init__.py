@@ -32,6 +32,7 @@ from durable_plans.client._live import PlanWatch, SubtaskNow
 from durable_plans.client._operate import ForkedPlan, check_changes
 from durable_plans.client._plans import PlanRun
 from durable_plans.client._runs import RunSummary
+from durable_plans.client._schedules import OVERLAP_POLICIES, ScheduleSummary
 from durable_plans.client._visibility import PlanSummary
 from durable_plans.client._watch import (
     ApprovalWaiting,
@@ -48,6 +49,7 @@ from durable_plans.workspace_gc import GcReport, PlanTrees
 
 __all__ = [
     "OPERATOR_ACTIONS",
+    "OVERLAP_POLICIES",
     "ApprovalWaiting",
     "Client",
     "Conversation",
@@ -70,6 +72,7 @@ __all__ = [
     "Refused",
     "Revision",
     "RunSummary",
+    "ScheduleSummary",
     "SearchAttributesUnavailable",
     "SessionCommandError",
     "SessionEnded",

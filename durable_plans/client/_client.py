@@ -68,9 +68,16 @@ from durable_plans.client._plans import (
     query_status,
     start_plan,
     wait_for_report,
+    with_default_budget,
     worker_count,
 )
 from durable_plans.client._runs import RunSummary, plan_runs
+from durable_plans.client._schedules import (
+    ScheduleSummary,
+    act_on_schedule,
+    create_schedule,
+    list_schedules,
+)
 from durable_plans.client._visibility import PlanSummary, list_plans
 from durable_plans.client._watch import PlanEvent, watch_plan
 from durable_plans.connection import QUERY_RPC_TIMEOUT
@@ -214,6 +221,52 @@ class Client:
             self._temporal, valid, self._settings, catalog=agents, store=self._plan_store
         )
         return valid.id
+
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        plan: PlanSource,
+        *,
+        cron: str | None = None,
+        every: timedelta | None = None,
+        overlap: str = "skip",
+        paused: bool = False,
+    ) -> None:
+        """A Temporal Schedule that starts ``plan`` (validated now) as a new plan on
+        ``cron`` or ``every``; each run's id is ``SCHEDULE_ID-<time>``. ``overlap`` says
+        what a run that comes while the last still runs does: ``skip``, ``buffer-one``
+        or ``allow-all``. ``Refused`` when the id is taken."""
+        agents = self.agents()
+        valid = with_default_budget(load_plan(plan, agents=agents), self._settings)
+        await create_schedule(
+            self._temporal,
+            schedule_id,
+            valid,
+            agents,
+            self._settings.task_queue,
+            cron=cron,
+            every=every,
+            overlap=overlap,
+            paused=paused,
+        )
+
+    async def schedules(self) -> builtins.list[ScheduleSummary]:
+        """Every schedule of the namespace, by id, with its next runs and latest plans."""
+        return await list_schedules(self._temporal)
+
+    async def pause_schedule(self, schedule_id: str) -> None:
+        await act_on_schedule(self._temporal, schedule_id, "pause")
+
+    async def unpause_schedule(self, schedule_id: str) -> None:
+        await act_on_schedule(self._temporal, schedule_id, "unpause")
+
+    async def trigger_schedule(self, schedule_id: str) -> None:
+        """Start one run now, whatever the overlap policy says."""
+        await act_on_schedule(self._temporal, schedule_id, "trigger")
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        """Remove the schedule; the plans it started stay."""
+        await act_on_schedule(self._temporal, schedule_id, "delete")
 
     async def plan_run(
         self,
