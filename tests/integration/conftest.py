@@ -8,6 +8,7 @@ workspace, so tests never see each other's workers or sessions.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import sys
 import uuid
@@ -121,6 +122,16 @@ class Harness:
 
     async def start(self, plan: Plan, **input_fields: Any) -> WorkflowHandle[Any, PlanReport]:
         return await start_plan_workflow(self.client, plan, self.task_queue, **input_fields)
+
+    def cli_env(self, **extra: str) -> dict[str, str]:
+        """The environment of a ``dplan`` process aimed at this server and task queue."""
+        return {
+            **os.environ,
+            "TEMPORAL_ADDRESS": self.settings.temporal_address,
+            "TEMPORAL_NAMESPACE": self.settings.temporal_namespace,
+            "DPLAN_TASK_QUEUE": self.settings.task_queue,
+            **extra,
+        }
 
 
 @pytest.fixture

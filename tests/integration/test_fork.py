@@ -5,7 +5,6 @@ byte for byte the same, and both plans' result branches exist."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -98,12 +97,7 @@ async def test_dplan_fork_starts_the_fork_and_names_a_step_the_plan_lacks(
 ) -> None:
     plan = make_plan(CHAIN[:2], prefix="fork-cli")
     await (await harness.start(plan)).result()
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": harness.settings.temporal_address,
-        "TEMPORAL_NAMESPACE": harness.settings.temporal_namespace,
-        "DPLAN_TASK_QUEUE": harness.settings.task_queue,
-    }
+    env = harness.cli_env()
 
     def dplan(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

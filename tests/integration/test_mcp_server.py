@@ -45,13 +45,7 @@ WAIT_S = 60.0  # a bound on waiting for the plan, never asserted
 @asynccontextmanager
 async def dplan_mcp(harness: Harness, tmp_path: Path) -> AsyncIterator[Any]:
     """A ``dplan mcp`` process for the harness's server, queue and store."""
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": harness.settings.temporal_address,
-        "TEMPORAL_NAMESPACE": harness.settings.temporal_namespace,
-        "DPLAN_TASK_QUEUE": harness.settings.task_queue,
-        "DPLAN_SESSION_STORE": str(harness.settings.session_store),
-    }
+    env = harness.cli_env(DPLAN_SESSION_STORE=str(harness.settings.session_store))
     params = StdioServerParameters(command=str(DPLAN), args=["mcp", "--by", "ide"], env=env)
     with open(tmp_path / "dplan-mcp.log", "w") as errlog:  # noqa: ASYNC230 - once, before
         async with McpClient(stdio_client(params, errlog=errlog)) as client:
@@ -158,12 +152,7 @@ async def test_over_http_a_token_guards_the_server_and_a_public_address_needs_on
     the tools and gets one-line errors; without it, 401; a public address without a token
     is refused before anything listens."""
     port = free_port()
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": harness.settings.temporal_address,
-        "TEMPORAL_NAMESPACE": harness.settings.temporal_namespace,
-        "DPLAN_TASK_QUEUE": harness.settings.task_queue,
-    }
+    env = harness.cli_env()
     public = await asyncio.to_thread(
         lambda: subprocess.run(
             [str(DPLAN), "mcp", "--http", f"0.0.0.0:{port}"],

@@ -47,17 +47,6 @@ async def provider() -> AsyncIterator[GatedProvider]:
         yield p
 
 
-def dplan_env(harness: Harness) -> dict[str, str]:
-    import os
-
-    return {
-        **os.environ,
-        "TEMPORAL_ADDRESS": harness.settings.temporal_address,
-        "TEMPORAL_NAMESPACE": harness.settings.temporal_namespace,
-        "DPLAN_TASK_QUEUE": harness.settings.task_queue,
-    }
-
-
 async def test_subtasks_added_while_one_runs_wait_for_it_and_a_pending_one_is_removed(
     harness: Harness, tmp_path: Path
 ) -> None:
@@ -108,7 +97,7 @@ async def test_subtasks_added_while_one_runs_wait_for_it_and_a_pending_one_is_re
         done = await asyncio.to_thread(
             lambda: subprocess.run(
                 [*command, "--reason", "eleven modules"],
-                env=dplan_env(harness),
+                env=harness.cli_env(),
                 capture_output=True,
                 text=True,
                 timeout=120,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -54,12 +53,7 @@ async def test_a_schedule_starts_plans_pauses_and_is_triggered(
 ) -> None:
     client = Client(harness.client, harness.settings)
     sid = f"nightly-{uuid.uuid4().hex[:6]}"
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": harness.settings.temporal_address,
-        "TEMPORAL_NAMESPACE": harness.settings.temporal_namespace,
-        "DPLAN_TASK_QUEUE": harness.settings.task_queue,
-    }
+    env = harness.cli_env()
 
     def dplan(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
