@@ -28,7 +28,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from durable_plans._errors import InvalidArgument, OperatorError, Refused
-from durable_plans.client._plans import describe_plan, plan_input_arg, query_plan
+from durable_plans.client._plans import describe_plan, plan_input_arg, plan_priority, query_plan
 from durable_plans.domain.agents import BUILTIN_CATALOG, AgentCatalog
 from durable_plans.domain.contracts import PLAN_TASK_TIMEOUT, PLAN_WORKFLOW, PlanInput
 from durable_plans.domain.failures import describe_failure
@@ -206,6 +206,7 @@ async def start_retry(
         task_timeout=PLAN_TASK_TIMEOUT,
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        priority=plan_priority(new_input.plan),
         static_summary=summary,
         memo=(
             {EDITS_MEMO: [e.model_dump(mode="json") for e in edits[-MAX_KEPT_EDITS:]]}
@@ -269,6 +270,7 @@ async def start_fork(
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             # A fork never takes an id that was ever used: not the original's, nor any.
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            priority=plan_priority(new_input.plan),
             static_summary=f"fork of {plan_id} from {from_subtask} by {by[:40]}"
             + (f": {scrub_secrets(goal)[:60]}" if goal else ""),
             memo={"goal": scrub_secrets(goal)[:200], "subtask_count": len(new_input.plan.subtasks)},

@@ -26,7 +26,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import Priority, WorkflowIDConflictPolicy
 from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
@@ -93,6 +93,12 @@ _GOAL_SUMMARY_CHARS = 200
 T = TypeVar("T")
 
 
+def plan_priority(plan: Plan) -> Priority:
+    """The plan's Temporal priority: its ``priority`` as the key and its ``tenant`` as the
+    fairness key; its subtasks and their activities inherit it from the plan's run."""
+    return Priority(priority_key=plan.priority, fairness_key=plan.tenant)
+
+
 def with_default_budget(plan: Plan, settings: Settings) -> Plan:
     """A plan without a budget gets the operator's defaults (``DPLAN_MAX_TOKENS``,
     ``DPLAN_MAX_COST_USD``), fixed at start so every worker enforces the same limits."""
@@ -138,6 +144,7 @@ async def start_plan(
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             memo={"goal": goal, "subtask_count": len(plan.subtasks)},
             static_summary=goal or None,
+            priority=plan_priority(plan),
         )
     except WorkflowAlreadyStartedError as err:
         raise PlanAlreadyRunning(plan.id) from err

@@ -27,6 +27,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_plans._errors import InvalidArgument, Refused
+from durable_plans.client._plans import plan_priority
 from durable_plans.domain.agents import AgentCatalog
 from durable_plans.domain.contracts import PLAN_TASK_TIMEOUT, PLAN_WORKFLOW
 from durable_plans.domain.models import Plan
@@ -125,6 +126,7 @@ async def create_schedule(
         task_timeout=PLAN_TASK_TIMEOUT,
         memo={"goal": goal, "subtask_count": len(plan.subtasks)},
         static_summary=f"schedule {schedule_id}" + (f": {goal[:100]}" if goal else ""),
+        priority=plan_priority(plan),
     )
     try:
         await client.create_schedule(

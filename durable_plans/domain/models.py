@@ -269,6 +269,11 @@ class Plan(_Frozen):
     # the orchestrator), and how many times it may be asked in the whole plan (None: 2).
     replanner: str | None = Field(default=None, min_length=1, max_length=64)
     max_replans: int | None = Field(default=None, ge=0, le=MAX_REPLANS_LIMIT)
+    # Temporal task queue priority for the plan, its subtasks and their activities (1 runs
+    # first, 5 last; None: the server's default, 3), and the tenant it runs for: its
+    # fairness key, so one tenant's backlog does not starve another's.
+    priority: int | None = Field(default=None, ge=1, le=5)
+    tenant: str | None = Field(default=None, min_length=1, max_length=64)
 
     @property
     def replans_allowed(self) -> int:

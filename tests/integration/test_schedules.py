@@ -127,3 +127,25 @@ async def test_overlap_skip_skips_a_run_while_one_runs(harness: Harness, tmp_pat
     finally:
         await client.delete_schedule(sid)
     assert started >= 1 and skips >= 1
+
+
+async def test_a_plans_priority_and_tenant_reach_its_subtasks(
+    harness: Harness,
+) -> None:
+    """``priority`` and ``tenant`` become the Temporal priority of the plan's run: its key
+    and its fairness key, which its subtasks inherit (and their activities from them)."""
+    client = Client(harness.client, harness.settings)
+    plan = {
+        "id": f"urgent-{uuid.uuid4().hex[:6]}",
+        "priority": 1,
+        "tenant": "team-a",
+        "subtasks": [{"id": "fix", "description": "Fix it now"}],
+    }
+    await client.start(plan)
+    report = await client.report(str(plan["id"]))
+    assert report.status is PlanStatus.COMPLETED
+    plan_history = await harness.client.get_workflow_handle(str(plan["id"])).fetch_history()
+    child_history = await harness.client.get_workflow_handle(f"{plan['id']}/fix").fetch_history()
+    for history in (plan_history, child_history):
+        started = history.events[0].workflow_execution_started_event_attributes
+        assert (started.priority.priority_key, started.priority.fairness_key) == (1, "team-a")

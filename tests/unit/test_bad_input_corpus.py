@@ -42,7 +42,7 @@ ID_RULE = "(use 1-128 of A-Z a-z 0-9 _ . - and start with a letter or digit)"
 KNOWN_PLAN_FIELDS = (
     "(known fields: id, goal, session_id, max_parallel, budget, subtasks, notify, "
     "on_failure, pause_timeout_s, workspace_base, check, check_rounds, replanner, max_replans, "
-    "approval)"
+    "priority, tenant, approval)"
 )
 KNOWN_AGENTS = "known agents: architect, ask, coder, debug, orchestrator)"
 KNOWN_TOOLS = (

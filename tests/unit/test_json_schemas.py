@@ -62,7 +62,7 @@ def test_example_plans_validate_against_the_plan_schema(path: Path) -> None:
     "plan",
     [
         {"subtasks": []},
-        {"subtasks": [{"id": "a", "description": "d"}], "priority": 1},
+        {"subtasks": [{"id": "a", "description": "d"}], "urgency": 1},
         {"subtasks": [{"id": "a", "description": 5}]},
         {"subtasks": [{"id": "a b", "description": "d"}]},
         {"subtasks": [{"id": "a", "description": "d"}], "max_parallel": 0},
