@@ -12,6 +12,7 @@ fields is recorded in the new run's memo (``EDITS_MEMO``), kept by every later r
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from durable_plans.domain.operations import (
     CARRIED_STATE_QUERY,
     EDITS_MEMO,
     MAX_KEPT_EDITS,
+    NOT_STARTED,
     SubtaskChanges,
     SubtaskEdit,
     change_problems,
@@ -60,6 +62,10 @@ async def _status(client: Client, plan_id: str) -> WorkflowExecutionStatus:
     return status
 
 
+# How long an Update refused as NOT_STARTED (a run that just began) is sent again.
+NOT_STARTED_WAIT_S = 10.0
+
+
 async def update_running_plan(
     client: Client, plan_id: str, name: str, arg: Any, result_type: type[T]
 ) -> T:
@@ -71,16 +77,23 @@ async def update_running_plan(
             f"retry it to run what did not complete (dplan retry {plan_id})"
         )
     handle = client.get_workflow_handle(plan_id)
-    try:
-        result: T = await handle.execute_update(name, arg, result_type=result_type)
-    except WorkflowUpdateFailedError as err:
-        cause = err.cause
-        if isinstance(cause, ApplicationError):
+    deadline = time.monotonic() + NOT_STARTED_WAIT_S
+    while True:
+        try:
+            result: T = await handle.execute_update(name, arg, result_type=result_type)
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            if not isinstance(cause, ApplicationError):
+                raise Refused(str(cause)) from err
+            message = describe_failure(cause)[1]
+            if message == NOT_STARTED and time.monotonic() < deadline:
+                # The plan just continued as new: its new run answers in a moment.
+                await asyncio.sleep(0.1)
+                continue
             details = cause.details[0] if cause.details else None
             problems = tuple(str(p) for p in details) if isinstance(details, list) else ()
-            raise Refused(describe_failure(cause)[1], problems) from err
-        raise Refused(str(cause)) from err
-    return result
+            raise Refused(message, problems) from err
+        return result
 
 
 def check_changes(

@@ -39,6 +39,7 @@ __all__ = [
     "EDITS_MEMO",
     "EDIT_UPDATE",
     "MAX_KEPT_EDITS",
+    "NOT_STARTED",
     "PLAN_QUERY",
     "RAISE_BUDGET_UPDATE",
     "RESUME_UPDATE",
@@ -69,6 +70,10 @@ RAISE_BUDGET_UPDATE = "raise_budget"
 CARRIED_STATE_QUERY = "carried_state"
 # A running plan's subtask as it runs now (``dplan edit`` may have changed it).
 SUBTASK_QUERY = "subtask_definition"
+# A run's Updates are refused with this until its first task has set the plan up: one sent
+# just as the plan continued as new meets the new run there, and is sent again
+# (``client/_operate.update_running_plan``).
+NOT_STARTED = "the plan has not started yet; try again in a moment"
 # The plan as it runs now: revisions and edits included (its run's input has neither).
 PLAN_QUERY = "plan_definition"
 

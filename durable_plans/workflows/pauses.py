@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_plans.domain.operations import (
         EDIT_UPDATE,
+        NOT_STARTED,
         RAISE_BUDGET_UPDATE,
         RESUME_UPDATE,
         SKIP_UPDATE,
@@ -54,8 +55,6 @@ with workflow.unsafe.imports_passed_through():
     from durable_plans.domain.plan_log import LogEntry, PlanLog
 
 __all__ = ["NOT_STARTED", "PauseDesk", "PauseHandlers", "refused"]
-
-NOT_STARTED = "the plan has not started yet; try again in a moment"
 
 
 def refused(message: str) -> ApplicationError:

@@ -83,7 +83,7 @@ MALFORMED: list[tuple[str, Any, str]] = [
     ("subtasks-not-list", {"subtasks": "a"}, "subtasks: must be a list, got a string ('a')"),
     ("no-subtasks", {"subtasks": []}, "subtasks: the plan has no subtasks"),
     ("subtask-not-object", {"subtasks": [5]}, "subtasks[0]: must be an object, got 5"),
-    ("unknown-field", {"subtasks": ONE, "priority": 1}, "unknown field 'priority'"),
+    ("unknown-field", {"subtasks": ONE, "urgency": 1}, "unknown field 'urgency'"),
     ("typo-field", {"gaol": "x", "subtasks": ONE}, "unknown field 'gaol' (did you mean 'goal'?)"),
     (
         "subtask-typo",
