@@ -19,10 +19,11 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_plans.activities.heartbeat import heartbeating
 from durable_plans.activities.orchestration_tools import ORCHESTRATION_REGISTRY, RevisePlanArgs
+from durable_plans.activities.tool_calls import pending_call
 from durable_plans.activities.tool_registry import ToolResult
 from durable_plans.domain.agents import REVISE_PLAN_TOOL
 from durable_plans.domain.ids import tool_message_id
-from durable_plans.domain.models import Message, Subtask
+from durable_plans.domain.models import Message, Subtask, ToolCall
 from durable_plans.domain.revision_record import Revision
 from durable_plans.domain.revisions import (
     ACT_REVISE_PLAN,
@@ -31,6 +32,7 @@ from durable_plans.domain.revisions import (
     RevisionRequest,
 )
 from durable_plans.domain.secrets import scrub_secrets
+from durable_plans.domain.tool_contracts import ToolCallAt
 from durable_plans.session_store import SessionStore
 
 __all__ = ["PlanRevisionActivities"]
@@ -44,14 +46,17 @@ class PlanRevisionActivities:
     async def revise_plan_call(self, inp: RevisePlanCallInput) -> None:
         """Send one ``revise_plan`` call to the plan and write its answer."""
         async with heartbeating():
-            history = await self._store.read(inp.session_id)
-            own_id = tool_message_id(inp.scope, inp.turn, inp.call_index)
-            if any(m.id == own_id for m in history):
+            at = ToolCallAt(
+                session_id=inp.session_id,
+                message_id=inp.message_id,
+                call_index=inp.call_index,
+                scope=inp.scope,
+                turn=inp.turn,
+            )
+            call = await pending_call(self._store, at)
+            if not isinstance(call, ToolCall):
                 return  # answered before a crash: the plan has its answer already
-            assistant = next((m for m in history if m.id == inp.message_id), None)
-            if assistant is None or not assistant.tool_calls:
-                raise ValueError(f"no assistant tool call {inp.message_id} in {inp.session_id}")
-            call = assistant.tool_calls[inp.call_index]
+            own_id = tool_message_id(inp.scope, inp.turn, inp.call_index)
             parsed = ORCHESTRATION_REGISTRY.parse(REVISE_PLAN_TOOL, call.function.arguments)
             if isinstance(parsed, ToolResult):
                 answer = parsed.content

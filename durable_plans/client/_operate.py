@@ -168,6 +168,20 @@ def _logged_retry(
     return new_input.model_copy(update={"log": log.entries, "log_omitted": log.omitted})
 
 
+def _with_edits_checked(new_input: PlanInput, catalog: AgentCatalog | None, what: str) -> PlanInput:
+    """``new_input`` after edits, with the agents they bring in (from ``catalog``) and the
+    plan checked again: ``InvalidArgument`` naming ``what`` and each problem."""
+    try:
+        new_input = with_agents_of(new_input, catalog or BUILTIN_CATALOG)
+    except KeyError as err:  # an agent check_changes was not asked about
+        raise InvalidArgument(str(err)) from None
+    fixed = AgentCatalog(agents=new_input.agents) if new_input.agents else BUILTIN_CATALOG
+    problems = validate_plan(new_input.plan, known_agents=fixed.names())
+    if problems:
+        raise InvalidArgument(f"{what} is invalid", problems)
+    return new_input
+
+
 async def start_retry(
     client: Client,
     plan_id: str,
@@ -190,14 +204,7 @@ async def start_retry(
         raise Refused(str(err)) from err
     edits = await _edits_of(description)
     if changes:
-        try:
-            new_input = with_agents_of(new_input, catalog or BUILTIN_CATALOG)
-        except KeyError as err:  # an agent check_changes was not asked about
-            raise InvalidArgument(str(err)) from None
-        fixed = AgentCatalog(agents=new_input.agents) if new_input.agents else BUILTIN_CATALOG
-        problems = validate_plan(new_input.plan, known_agents=fixed.names())
-        if problems:
-            raise InvalidArgument(f"the edited plan {plan_id!r} is invalid", problems)
+        new_input = _with_edits_checked(new_input, catalog, f"the edited plan {plan_id!r}")
         at = datetime.now(UTC).isoformat(timespec="seconds")
         edits += [
             SubtaskEdit(subtask=sid, fields=change.fields, by=by, at=at)
@@ -263,14 +270,7 @@ async def start_fork(
     except OperatorError as err:
         raise Refused(str(err)) from err
     if changes:
-        try:
-            new_input = with_agents_of(new_input, catalog or BUILTIN_CATALOG)
-        except KeyError as err:
-            raise InvalidArgument(str(err)) from None
-        fixed = AgentCatalog(agents=new_input.agents) if new_input.agents else BUILTIN_CATALOG
-        problems = validate_plan(new_input.plan, known_agents=fixed.names())
-        if problems:
-            raise InvalidArgument(f"the edited fork of {plan_id!r} is invalid", problems)
+        new_input = _with_edits_checked(new_input, catalog, f"the edited fork of {plan_id!r}")
     goal = new_input.plan.goal
     try:
         await client.start_workflow(
