@@ -131,9 +131,14 @@ def build_mcp_server(client: Client) -> MCPServer:
     async def plan_report(plan_id: str) -> dict[str, Any]:
         return _report(await _call(client.report(plan_id)))
 
-    @server.tool(description="Plans, newest first; `status` filters (running, failed...).")
-    async def list_plans(status: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
-        plans = await _call(client.list(status=status, limit=max(1, min(limit, 200))))
+    @server.tool(
+        description="Plans, newest first; `status` (running, failed...) and `tenant` filter."
+    )
+    async def list_plans(
+        status: str | None = None, limit: int = 20, tenant: str | None = None
+    ) -> list[dict[str, Any]]:
+        bounded = max(1, min(limit, 200))
+        plans = await _call(client.list(status=status, limit=bounded, tenant=tenant))
         return [p.to_json() for p in plans]
 
     @server.tool(description="Let a tool call that waits for a person run (`arguments`: JSON).")

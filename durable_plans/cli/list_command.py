@@ -58,14 +58,17 @@ async def list_command(
     query: str | None,
     json_output: bool,
     limit: int = 50,
+    tenant: str | None = None,
     settings: Settings | None = None,
 ) -> int:
-    """Print plans newest first; 0 listed (even none), 1 unreachable, 2 bad query/status."""
+    """Print plans newest first; 0 listed (even none), 1 unreachable, 2 bad query/status/tenant."""
     ensure_logging(json=False, level="WARNING")
 
     async def body() -> int:
         client = await Client.connect(read_settings(settings))
-        rows, with_attributes = await client.list_plans(status=status, query=query, limit=limit)
+        rows, with_attributes = await client.list_plans(
+            status=status, query=query, limit=limit, tenant=tenant
+        )
         if json_output:
             print(json.dumps([row.to_json() for row in rows], indent=2))
         else:
@@ -93,8 +96,12 @@ def _print_table(rows: list[PlanSummary], *, with_attributes: bool) -> None:
     if not rows:
         console.print("no plans found", markup=False)
         return
+    # A tenant column only where some plan has one: most namespaces have no tenants.
+    with_tenant = any(row.tenant for row in rows)
     table = Table(box=None, pad_edge=False)
     table.add_column("PLAN")
+    if with_tenant:
+        table.add_column("TENANT")
     table.add_column("STATUS")
     table.add_column("DONE", justify="right")
     if with_attributes:
@@ -109,7 +116,10 @@ def _print_table(rows: list[PlanSummary], *, with_attributes: bool) -> None:
         duration = row.duration_s
         if duration is None:  # still running: time so far
             duration = (now - row.started).total_seconds()
-        cells = [row.plan_id, row.status, done]
+        cells = [row.plan_id]
+        if with_tenant:
+            cells.append(row.tenant or "-")
+        cells += [row.status, done]
         if with_attributes:
             cells += [
                 "-" if row.tokens is None else str(row.tokens),

@@ -476,10 +476,11 @@ def _add_list_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "list",
         help="list plans, newest first",
         description=(
-            "List plans from Temporal visibility, newest first: id, status, done/total, "
-            "tokens, cost, started, duration. Without the search attributes (`dplan setup`) "
-            "fewer columns, from the execution status and memo. Exit 0 listed, 1 server "
-            "unreachable, 2 invalid --status or --query."
+            "List plans from Temporal visibility, newest first: id, tenant (when any plan "
+            "has one), status, done/total, tokens, cost, started, duration. Without the "
+            "search attributes (`dplan setup`) fewer columns, from the execution status and "
+            "memo. Exit 0 listed, 1 server unreachable, 2 invalid --status, --tenant or "
+            "--query."
         ),
     )
     parser.add_argument(
@@ -487,6 +488,9 @@ def _add_list_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         metavar="S",
         default=None,
         help="running, completed, failed, cancelled, paused (also terminated, timed_out)",
+    )
+    parser.add_argument(
+        "--tenant", metavar="T", default=None, help="only the plans of tenant T (DplanTenant)"
     )
     parser.add_argument(
         "--query",
@@ -509,7 +513,13 @@ def cmd_list(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     if args.schedule:
         scheduled = f"TemporalScheduledById = {json.dumps(args.schedule)}"
         query = f"({query}) AND {scheduled}" if query else scheduled
-    return list_command(status=args.status, query=query, json_output=args.json, limit=args.limit)
+    return list_command(
+        status=args.status,
+        query=query,
+        json_output=args.json,
+        limit=args.limit,
+        tenant=args.tenant,
+    )
 
 
 def _add_schedule_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

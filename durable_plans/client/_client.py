@@ -319,23 +319,36 @@ class Client:
             await store.close()
 
     async def list(
-        self, *, status: str | None = None, query: str | None = None, limit: int = 50
+        self,
+        *,
+        status: str | None = None,
+        query: str | None = None,
+        limit: int = 50,
+        tenant: str | None = None,
     ) -> builtins.list[PlanSummary]:
         """Plans of the namespace, newest first, from Temporal visibility (eventually
         consistent: a change shows up within a second or so). ``status`` is ``running``,
         ``paused``, ``completed``, ``failed``, ``cancelled`` ...; ``query`` is a visibility
-        query added as is."""
+        query added as is; ``tenant`` keeps one tenant's plans."""
         if limit < 1:
             raise InvalidArgument(f"limit must be at least 1, not {limit}")
-        rows, _ = await self.list_plans(status=status, query=query, limit=limit)
+        rows, _ = await self.list_plans(status=status, query=query, limit=limit, tenant=tenant)
         return rows
 
     async def list_plans(
-        self, *, status: str | None = None, query: str | None = None, limit: int = 50
+        self,
+        *,
+        status: str | None = None,
+        query: str | None = None,
+        limit: int = 50,
+        tenant: str | None = None,
     ) -> tuple[builtins.list[PlanSummary], bool]:
         """``list``'s rows, and whether the namespace's search attributes were used (when
-        not, goal, progress and cost are unknown and ``paused`` comes from the memo)."""
-        return await list_plans(self._temporal, status=status, query=query, limit=limit)
+        not, goal, progress and cost are unknown and ``paused`` comes from the memo).
+        ``tenant``: only that tenant's plans (``DplanTenant``, else the memo)."""
+        return await list_plans(
+            self._temporal, status=status, query=query, limit=limit, tenant=tenant
+        )
 
     async def setup_search_attributes(self) -> tuple[builtins.list[str], builtins.list[str]]:
         """Register the search attributes the namespace lacks; ``(added, already there)``

@@ -27,6 +27,7 @@ __all__ = [
     "PlanSummary",
     "list_plans",
     "plan_query",
+    "tenant_filter",
 ]
 
 # What ``dplan list --status`` filters on when the attributes are missing: Temporal's own
@@ -74,6 +75,8 @@ class PlanSummary:
     # The execution listed: a retried plan is listed once per run, each its last
     # execution (``Client.status(plan, run=...)`` reads that run's report).
     run_id: str = ""
+    # The plan's ``tenant`` (``DplanTenant``, else the memo); None: it has none.
+    tenant: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -82,10 +85,13 @@ class PlanSummary:
         return data
 
 
-def plan_query(*, status: str | None, query: str | None, with_attributes: bool) -> str:
+def plan_query(
+    *, status: str | None, query: str | None, with_attributes: bool, tenant: str | None = None
+) -> str:
     """The visibility query for ``dplan list``: plans only, ``--status`` by our attribute
-    when it is registered (it knows ``paused``), else by Temporal's execution status, and
-    ``--query`` passed through as is."""
+    when it is registered (it knows ``paused``), else by Temporal's execution status,
+    ``--tenant`` by ``DplanTenant`` when registered (else ``list_plans`` reads the memo),
+    and ``--query`` passed through as is."""
     # A continue-as-new chain is one plan: only its latest run is listed.
     parts = [f'WorkflowType = "{PLAN_WORKFLOW}"', 'ExecutionStatus != "ContinuedAsNew"']
     if status:
@@ -97,11 +103,38 @@ def plan_query(*, status: str | None, query: str | None, with_attributes: bool) 
         else:
             known = sorted({*(s.value for s in sa.VisibilityStatus), *_EXECUTION_STATUS})
             raise ListQueryError(f"unknown status {status!r}; one of: {', '.join(known)}")
+    wanted_tenant = tenant_filter(tenant)
+    if wanted_tenant is not None and with_attributes:
+        parts.append(f'{sa.TENANT.name} = "{wanted_tenant}"')
     if query and query.strip():
         parts.append(f"({query.strip()})")
     # No ORDER BY: SQL visibility (the dev server, most self-hosted servers) rejects it;
     # ``list_plans`` sorts instead.
     return " AND ".join(parts)
+
+
+# Longest tenant a plan may have (``Plan.tenant``): a longer one matches no plan.
+_TENANT_CHARS = 64
+
+
+def tenant_filter(tenant: str | None) -> str | None:
+    """``--tenant`` as matched: stripped, None when not given. Refused (``ListQueryError``)
+    when empty, longer than a plan's tenant may be, or holding a double quote, backslash or
+    control character: it goes into a double-quoted string of the query, where one of
+    those could end the string or change its meaning."""
+    if tenant is None:
+        return None
+    wanted = tenant.strip()
+    if not wanted:
+        raise ListQueryError("tenant must not be empty")
+    if len(wanted) > _TENANT_CHARS:
+        raise ListQueryError(f"tenant is at most {_TENANT_CHARS} characters, not {len(wanted)}")
+    if any(c in '"\\' or not c.isprintable() for c in wanted):
+        raise ListQueryError(
+            f"tenant {wanted!r} cannot be filtered on: no double quotes, backslashes or "
+            "control characters"
+        )
+    return wanted
 
 
 async def list_plans(
@@ -110,21 +143,35 @@ async def list_plans(
     status: str | None = None,
     query: str | None = None,
     limit: int = 50,
+    tenant: str | None = None,
 ) -> tuple[list[PlanSummary], bool]:
     """Plans newest first and whether the search attributes were there to read.
 
     Without them, rows come from what every server has: execution status, start and close
-    time, and the memo (goal, subtask count) the workflow sets itself.
+    time, and the memo (goal, subtask count, tenant) the workflow sets itself; ``tenant``
+    then filters on the memo here, reading on until ``limit`` plans match.
     """
     try:
         with_attributes = not sa.missing_from(await registered_attributes(client))
     except SearchAttributesUnavailable:
         with_attributes = False
-    visibility_query = plan_query(status=status, query=query, with_attributes=with_attributes)
+    visibility_query = plan_query(
+        status=status, query=query, with_attributes=with_attributes, tenant=tenant
+    )
+    # Not in the query: the server cannot read the memo, so every plan is read.
+    memo_tenant = None if with_attributes else tenant_filter(tenant)
     rows: list[PlanSummary] = []
     try:
-        async for execution in client.list_workflows(visibility_query, limit=limit):
-            rows.append(await _row(execution))
+        if memo_tenant is None:
+            async for execution in client.list_workflows(visibility_query, limit=limit):
+                rows.append(await _row(execution))
+        else:
+            async for execution in client.list_workflows(visibility_query):
+                row = await _row(execution)
+                if row.tenant == memo_tenant:
+                    rows.append(row)
+                    if len(rows) >= limit:
+                        break
     except RPCError as err:
         if err.status in (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.FAILED_PRECONDITION):
             reason = re.sub(r"^invalid query:\s*", "", one_line(err.message), flags=re.I)
@@ -158,6 +205,7 @@ async def _row(execution: WorkflowExecution) -> PlanSummary:
         status = sa.VisibilityStatus.PAUSED.value
     total = memo.get("subtask_count")
     goal = attrs.get(sa.GOAL) or memo.get("goal")
+    tenant = attrs.get(sa.TENANT) or memo.get("tenant")
     closed = execution.close_time
     return PlanSummary(
         plan_id=execution.id,
@@ -172,6 +220,7 @@ async def _row(execution: WorkflowExecution) -> PlanSummary:
         goal=goal if isinstance(goal, str) else None,
         paused=paused or None,
         run_id=execution.run_id,
+        tenant=tenant if isinstance(tenant, str) and tenant else None,
     )
 
 

@@ -2,7 +2,7 @@
 
 Temporal's visibility store indexes these, so ``temporal workflow list --query
 'DplanStatus="failed"'``, Temporal Web's filters and ``dplan list`` find plans by status,
-goal, progress, tokens or cost. Every name is prefixed ``Dplan`` so that it cannot clash
+tenant, goal, progress, tokens or cost. Every name is prefixed ``Dplan`` so that it cannot clash
 with another application's attributes in a shared namespace.
 
 An attribute must be registered on the namespace before a workflow may set it (an upsert
@@ -33,6 +33,7 @@ __all__ = [
     "PLAN_ID",
     "STATUS",
     "SUBTASK_ATTRIBUTES",
+    "TENANT",
     "TOKENS",
     "VisibilityStatus",
     "dev_server_args",
@@ -53,6 +54,10 @@ FAILED = SearchAttributeKey.for_int("DplanFailed")
 TOKENS = SearchAttributeKey.for_int("DplanTokens")
 COST_USD = SearchAttributeKey.for_float("DplanCostUsd")
 
+TENANT = SearchAttributeKey.for_keyword("DplanTenant")
+"""The plan's ``tenant`` (also its fairness key); set only on plans that have one, e.g.
+``DplanTenant="team-a"``."""
+
 AGENT = SearchAttributeKey.for_keyword("DplanAgent")
 """The agent running a SubtaskWorkflow."""
 
@@ -64,6 +69,7 @@ PLAN_ATTRIBUTES: tuple[SearchAttributeKey[Any], ...] = (
     FAILED,
     TOKENS,
     COST_USD,
+    TENANT,
 )
 SUBTASK_ATTRIBUTES: tuple[SearchAttributeKey[Any], ...] = (PLAN_ID, AGENT)
 

@@ -196,6 +196,7 @@ async def _plans(request: web.Request) -> Json:
         status=request.query.get("status") or None,
         query=request.query.get("query") or None,
         limit=limit,
+        tenant=request.query.get("tenant") or None,
     )
     # What `dplan list` says under its table when the columns cannot be filled.
     note = "" if with_attributes else NO_ATTRIBUTES_NOTE

@@ -2,7 +2,7 @@
 
 ``PlanVisibility`` sets a plan's ``Dplan*`` search attributes (``domain.search_attributes``)
 when it starts, as its counts change, and when it ends, and its memo (goal, subtask
-count) whoever started it.
+count, and the tenant of a plan that has one) whoever started it.
 
 Setting an attribute the namespace has not registered fails the workflow task, so the
 worker checks the namespace at start (``DurablePlansPlugin``). That answer may differ
@@ -83,8 +83,15 @@ def goal_searchable() -> bool:
 
 
 def plan_memo(plan: Plan) -> dict[str, Any]:
-    """The memo Temporal Web and ``dplan list`` show for a plan."""
-    return {"goal": scrub_secrets(plan.goal)[:GOAL_CHARS], "subtask_count": len(plan.subtasks)}
+    """The memo Temporal Web and ``dplan list`` show for a plan. ``tenant`` only when the
+    plan has one: a plan without keeps the memo it always had (recorded histories replay)."""
+    memo: dict[str, Any] = {
+        "goal": scrub_secrets(plan.goal)[:GOAL_CHARS],
+        "subtask_count": len(plan.subtasks),
+    }
+    if plan.tenant:
+        memo["tenant"] = plan.tenant
+    return memo
 
 
 def subtask_search_attributes(plan_id: str, agent: str) -> TypedSearchAttributes:
@@ -113,6 +120,10 @@ class PlanVisibility:
             first = self._values(report, sa.VisibilityStatus.RUNNING) | {sa.PLAN_ID.name: plan.id}
             if goal_searchable():
                 first[sa.GOAL.name] = scrub_secrets(plan.goal)[:GOAL_CHARS]
+            # Only when it has one (no empty keyword); set even where payloads are
+            # encrypted: the server already reads it as the plan's fairness key.
+            if plan.tenant:
+                first[sa.TENANT.name] = plan.tenant
             self._upsert(first)
 
     def memo(self, plan: Plan) -> None:

@@ -141,7 +141,7 @@ def layered_plan(width: int = 4, depth: int = 5) -> Plan:
 async def test_a_layered_plan_is_drawn_and_updates_live(harness: Harness, tmp_path: Path) -> None:
     assert isinstance(harness.provider, GatedProvider)
     held = harness.provider.gate("L1-1", 99, first_call_of("Step 1.1"))
-    plan = layered_plan()
+    plan = layered_plan().model_copy(update={"tenant": "team-ui"})
     edges = sum(len(s.depends_on) for s in plan.subtasks)
     handle = await harness.start(plan)
     await wait_status(harness, plan.id, "L1-1", SubtaskStatus.RUNNING)
@@ -238,6 +238,14 @@ async def test_a_layered_plan_is_drawn_and_updates_live(harness: Harness, tmp_pa
             f"document.querySelector('#plans tr[data-plan=\"{plan.id}\"]') !== null",
             timeout_s=WAIT_S,
         )
+        # Its tenant, in the column headed so (the list refreshes until visibility has it).
+        await cdp.wait_for(
+            f"document.querySelector('#plans tr[data-plan=\"{plan.id}\"]')"
+            "?.cells[2].textContent === 'team-ui'",
+            timeout_s=WAIT_S,
+        )
+        header = "document.querySelector('#plans thead tr').cells[2].textContent"
+        assert await cdp.evaluate(header) == "tenant"
         await cdp.screenshot(tmp_path / "ui-plans.png")
 
 

@@ -24,7 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 from durable_plans.cli.main import main
 from durable_plans.client import Client as PlansClient
 from durable_plans.domain import search_attributes as sa
-from durable_plans.domain.models import PlanStatus
+from durable_plans.domain.models import Plan, PlanStatus
 from durable_plans.namespace_setup import check_search_attributes
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.testing import FakeProvider
@@ -142,11 +142,19 @@ def _temporal_list(client: Client, query: str) -> list[dict[str, Any]]:
 async def test_failed_plan_is_found_by_temporal_cli_and_dplan_list(
     harness: Harness, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    plan = make_plan(FAILING, prefix="vis-failed")
+    plan = Plan.model_validate(
+        {**make_plan(FAILING, prefix="vis-failed").model_dump(), "tenant": "team-a"}
+    )
     report, failure = await run_plan(harness.client, plan, harness.task_queue)
     assert failure is not None and report.status is PlanStatus.FAILED
+    # A plan of no tenant, which --tenant must leave out.
+    other = make_plan(FAILING[2:], prefix="vis-untenanted")
+    other_report, _ = await run_plan(harness.client, other, harness.task_queue)
+    assert other_report.status is PlanStatus.COMPLETED
 
-    query = f'{sa.STATUS.name}="failed" AND {sa.PLAN_ID.name}="{plan.id}"'
+    query = (
+        f'{sa.STATUS.name}="failed" AND {sa.PLAN_ID.name}="{plan.id}" AND {sa.TENANT.name}="team-a"'
+    )
     rows = await _eventually(
         lambda: asyncio.to_thread(_temporal_list, harness.client, query),
         lambda rows: len(rows) == 1,
@@ -156,13 +164,21 @@ async def test_failed_plan_is_found_by_temporal_cli_and_dplan_list(
 
     async def listed() -> list[dict[str, Any]]:
         code, out, err = await _dplan_async(
-            capsys, monkeypatch, harness.client, "list", "--status", "failed", "--json"
+            capsys,
+            monkeypatch,
+            harness.client,
+            "list",
+            "--status",
+            "failed",
+            "--tenant",
+            "team-a",
+            "--json",
         )
         assert code == 0, err
         return [row for row in json.loads(out) if row["plan_id"] == plan.id]
 
     (row,) = await _eventually(listed, lambda rows: len(rows) == 1, what="dplan list --status")
-    assert row["status"] == "failed"
+    assert row["status"] == "failed" and row["tenant"] == "team-a"
     assert (row["completed"], row["total"]) == (report.counts.completed, len(plan.subtasks))
     assert row["tokens"] == report.usage.total_tokens > 0
     assert row["goal"] == plan.goal
@@ -174,8 +190,29 @@ async def test_failed_plan_is_found_by_temporal_cli_and_dplan_list(
     assert await description.memo() == {
         "goal": plan.goal,
         "subtask_count": 3,
+        "tenant": "team-a",
         "workspace": report.workspace.model_dump(mode="json"),
     }
+
+    # By tenant: the plan of no tenant, visible with its attributes, is not listed.
+    plans = PlansClient(harness.client, harness.settings)
+    (untenanted,), _ = await _eventually(
+        lambda: plans.list_plans(query=f'{sa.PLAN_ID.name}="{other.id}"', status="completed"),
+        lambda found: len(found[0]) == 1,
+        what=f"plan {other.id}",
+    )
+    assert untenanted.tenant is None
+    by_tenant, with_attributes = await plans.list_plans(tenant="team-a")
+    assert with_attributes and {r.tenant for r in by_tenant} == {"team-a"}
+    assert plan.id in {r.plan_id for r in by_tenant}
+    assert other.id not in {r.plan_id for r in by_tenant}
+    monkeypatch.setenv("COLUMNS", "200")  # rich's width: one line per plan
+    code, out, _ = await _dplan_async(
+        capsys, monkeypatch, harness.client, "list", "--tenant", "team-a"
+    )
+    assert code == 0 and out.splitlines()[0].split()[:3] == ["PLAN", "TENANT", "STATUS"]
+    (line,) = [ln for ln in out.splitlines() if ln.startswith(plan.id)]
+    assert line.split()[:3] == [plan.id, "team-a", "failed"]
 
     # The failed child carries its plan and agent from its start on.
     child = await harness.client.get_workflow_handle(f"{plan.id}/deps").describe()
@@ -205,6 +242,7 @@ async def test_attributes_of_a_finished_plan_equal_its_report_and_upserts_are_bo
         sa.FAILED.name: report.counts.failed,
         sa.TOKENS.name: report.usage.total_tokens,
         sa.COST_USD.name: pytest.approx(report.usage.cost_usd),
+        sa.TENANT.name: None,  # set only on a plan that has one
     }
     await _eventually(attributes, lambda found: found == expected, what=f"{expected}")
 

@@ -50,7 +50,7 @@
     document.title = "plans · dplan";
     const form = $("filters");
     const params = new URLSearchParams();
-    for (const name of ["status", "query", "limit"]) {
+    for (const name of ["status", "tenant", "query", "limit"]) {
       const v = form.elements[name].value.trim();
       if (v) params.set(name, v);
     }
@@ -73,7 +73,7 @@
       const run = r.status !== "running" && r.status !== "paused" && r.run_id ? "?run=" + encodeURIComponent(r.run_id) : "";
       const link = P.h("a", { href: "#/plan/" + encodeURIComponent(r.plan_id) + run }, r.plan_id);
       const cells = [
-        link, P.badge(r.status), r.goal || "",
+        link, P.badge(r.status), r.tenant || "", r.goal || "",
         `${r.completed === null ? "–" : r.completed}/${r.total === null ? "?" : r.total}`,
         r.tokens === null ? "–" : r.tokens.toLocaleString("en-US"),
         r.cost_usd === null ? "–" : G.fmtCost(r.cost_usd),
@@ -81,11 +81,11 @@
         G.fmtDuration(dur),
       ];
       const tr = P.h("tr", { data: { plan: r.plan_id } });
-      cells.forEach((c, i) => tr.append(P.h("td", { class: i >= 3 && i !== 6 ? "num" : "" }, c)));
+      cells.forEach((c, i) => tr.append(P.h("td", { class: i >= 4 && i !== 7 ? "num" : "" }, c)));
       body.append(tr);
       if (r.paused) {
         for (const [sid, why] of Object.entries(r.paused)) {
-          body.append(P.h("tr", {}, P.h("td", { colspan: "8", class: "note" }, `${r.plan_id}: ${sid} paused — ${why}`)));
+          body.append(P.h("tr", {}, P.h("td", { colspan: "9", class: "note" }, `${r.plan_id}: ${sid} paused — ${why}`)));
         }
       }
     }
