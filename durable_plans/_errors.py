@@ -59,6 +59,7 @@ __all__ = [
     "TelemetryError",
     "TemporalConfigError",
     "TemporalUnreachable",
+    "TenantsConfigError",
     "TextFormatError",
     "UnknownAgentError",
     "WebhookSecretError",
@@ -387,6 +388,12 @@ class DurationError(DurablePlansError, ValueError):
 # Raised in domain/rate_pacing.py.
 class RateLimitConfigError(DurablePlansError, ValueError):
     """A malformed ``DPLAN_RATE_LIMITS`` value, named with what was wrong."""
+
+
+# Raised in domain/tenants.py.
+class TenantsConfigError(DurablePlansError, ValueError):
+    """A ``DPLAN_TENANTS`` file that cannot be used: every problem, one per line, naming
+    the file."""
 
 
 # Raised in domain/agents_loader.py.

@@ -380,6 +380,9 @@ class Settings:
     default_budget: Budget | None = None
     agents_file: Path | None = None
     """An agents file (TOML/YAML/JSON) overriding or adding agents; None: the built-ins."""
+    tenants_file: Path | None = None
+    """Tenants' daily caps (``DPLAN_TENANTS``, a TOML or JSON file; ``domain/tenants.py``),
+    read again by the workers whenever it changes; None: no tenant is capped."""
     notify_deliver_for_s: float = DEFAULT_PARAMETERS.notify_deliver_for.total_seconds()
     """How long a plan-end webhook is retried (``DPLAN_NOTIFY_DELIVER_FOR_S``), unless
     the plan's ``notify.deliver_for_s`` says otherwise."""
@@ -505,6 +508,7 @@ class Settings:
             context_window=_int(e, "DPLAN_CONTEXT_WINDOW", 0) or None,
             compact_at=_share(e, "DPLAN_COMPACT_AT", defaults.compact_at),
             agents_file=_path(e, "DPLAN_AGENTS"),
+            tenants_file=_path(e, "DPLAN_TENANTS"),
             default_budget=_budget(e),
             notify_deliver_for_s=_float(
                 e, "DPLAN_NOTIFY_DELIVER_FOR_S", defaults.notify_deliver_for_s

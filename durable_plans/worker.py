@@ -324,7 +324,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
-    except (event_loop.EventLoopUnavailable, InvalidStoreTarget, SandboxUnavailable) as err:
+    except (
+        event_loop.EventLoopUnavailable,
+        InvalidStoreTarget,
+        SandboxUnavailable,
+        SettingsError,  # found once the worker reads its files (DPLAN_TENANTS)
+    ) as err:
         print(f"dplan-worker: {err}", file=sys.stderr)
         sys.exit(2)
     except SessionStoreUnavailable as err:  # its text names the store, never a password

@@ -141,17 +141,23 @@ class CompactionActivities:
         answer_tokens = summary_budget(threshold, overhead)
         room = int(own_window * _SUMMARY_REQUEST_SHARE) - answer_tokens - 200
         text = transcript(fold.folded, max(2_000, room * 4))
+        request_messages = summary_request(text)
+        await self._llm.tenants.check(
+            inp.tenant, {"model": summarizer, "messages": request_messages}
+        )
         with observe.llm_request(summarizer, COMPACTION_AGENT, call_id=record_id) as request:
             try:
                 response = await self._llm.side_request(
-                    summarizer, summary_request(text), max_tokens=answer_tokens, patience=patience
+                    summarizer, request_messages, max_tokens=answer_tokens, patience=patience
                 )
             except Exception as exc:
                 raise to_application_error(classify_llm_error(exc)) from None
             usage = usage_of(litellm, response)
             request.answered(usage)
             # Paid for now, whatever happens next (``activities/spend.py``).
-            paid = await record_paid(self._store, inp.root_session_id, record_id, usage)
+            paid = await record_paid(
+                self._store, inp.root_session_id, record_id, usage, tenant=inp.tenant
+            )
             answer, finish_reason = message_from_response(response, msg_id=record_id)
             request.finished(finish_reason)
         summary = scrub_secrets((answer.content or "").strip())[: answer_tokens * 4]

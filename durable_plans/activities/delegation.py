@@ -108,11 +108,11 @@ class DelegationActivities:
             await ensure_within_budget(self._store, inp.root_session_id, inp.budget)
             litellm = import_litellm()
             model = self._llm.side_model().model  # a fallback once its errors persist
+            messages = delegation_messages(parsed)
+            await self._llm.tenants.check(inp.tenant, {"model": model, "messages": messages})
             with observe.llm_request(model, DELEGATE_AGENT, call_id=charge_id) as request:
                 try:
-                    response = await self._llm.side_request(
-                        model, delegation_messages(parsed), patience=patience
-                    )
+                    response = await self._llm.side_request(model, messages, patience=patience)
                 except Exception as exc:
                     classified = classify_llm_error(exc)
                     if classified.retryable:
@@ -129,7 +129,9 @@ class DelegationActivities:
                     request.answered(usage)
                     # Paid for now (``activities/spend.py``); the total of every attempt
                     # is what the delegation reports.
-                    paid = await record_paid(self._store, inp.root_session_id, charge_id, usage)
+                    paid = await record_paid(
+                        self._store, inp.root_session_id, charge_id, usage, tenant=inp.tenant
+                    )
                     answer, finish_reason = message_from_response(response, msg_id=own_id)
                     request.finished(finish_reason)
             if response is not None:

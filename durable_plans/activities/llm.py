@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from temporalio import activity
 
+from durable_plans._errors import SettingsError
 from durable_plans.activities import observe
 from durable_plans.activities.budget import ensure_within_budget
 from durable_plans.activities.context_window import call_messages, window_check
@@ -41,6 +42,7 @@ from durable_plans.activities.sessions import begin_branch, close_branch
 from durable_plans.activities.shared_limits import SharedRateLimits
 from durable_plans.activities.spend import paid_for, record_paid
 from durable_plans.activities.streaming import LivePublisher, streamed_completion
+from durable_plans.activities.tenant_caps import TenantCapsFile, TenantGate
 from durable_plans.activities.tool_catalog import tool_specs
 from durable_plans.activities.tool_registry import ToolSpec, openai_tool_schemas
 from durable_plans.domain.contracts import ACT_CALL_LLM, LlmCallInput, LlmCallOutput, ToolCallRef
@@ -49,6 +51,7 @@ from durable_plans.domain.ids import assistant_message_id
 from durable_plans.domain.models import FunctionCall, Message, ToolCall, Usage
 from durable_plans.domain.secrets import scrub_secrets, scrub_value
 from durable_plans.domain.streaming import streams_in
+from durable_plans.domain.tenants import TenantsConfigError
 from durable_plans.domain.tool_ids import assign_tool_call_ids
 from durable_plans.domain.tools_config import ToolSchema
 from durable_plans.session_store import SessionStore
@@ -192,6 +195,16 @@ class LlmActivities:
         self._client: LlmClient | None = None  # one per worker, made on first call
         self._limits = SharedRateLimits.from_settings(settings)  # activities/shared_limits.py
         self._parameters = settings.activity_parameters()  # bounds of retries (llm_patience)
+        # Tenants' daily caps (DPLAN_TENANTS), checked before every call of a capped tenant.
+        try:
+            caps = TenantCapsFile.load(settings.tenants_file)
+        except TenantsConfigError as err:
+            raise SettingsError(f"DPLAN_TENANTS: {err}") from None
+        self._tenants = TenantGate(store, caps)
+
+    @property
+    def tenants(self) -> TenantGate:
+        return self._tenants
 
     def client(self, litellm: Any) -> LlmClient:
         """The worker's shared LLM client (routes, prices and HTTP pool kept across calls)."""
@@ -344,6 +357,7 @@ class LlmActivities:
         over = window_check(litellm, inp, messages, kwargs, self._settings)
         if over is not None:  # not sent: the workflow compacts the history first
             return LlmCallOutput(message_id=msg_id, content=None, model=model, over_window=over)
+        await self._tenants.check(inp.tenant, kwargs)  # activities/tenant_caps.py
         with observe.llm_request(model, inp.agent, call_id=msg_id) as request:
             try:
                 async with heartbeating():
@@ -361,7 +375,9 @@ class LlmActivities:
             usage = usage_of(litellm, response)
             request.answered(usage)
             # Paid for now, whatever happens next: recorded before anything else is done.
-            paid = await record_paid(self._store, inp.root_session_id, msg_id, usage)
+            paid = await record_paid(
+                self._store, inp.root_session_id, msg_id, usage, tenant=inp.tenant
+            )
             message, finish_reason = message_from_response(response, msg_id=msg_id)
             request.finished(finish_reason)
 

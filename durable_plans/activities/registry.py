@@ -20,6 +20,7 @@ from durable_plans.activities.plan_data import PlanDataActivities
 from durable_plans.activities.plan_revisions import PlanRevisionActivities
 from durable_plans.activities.sessions import SessionActivities
 from durable_plans.activities.subagents import SubagentActivities
+from durable_plans.activities.tenant_caps import TenantActivities
 from durable_plans.activities.tool_calls import ToolErrorActivities
 from durable_plans.activities.tools import ToolActivities
 from durable_plans.activities.webhook_delivery import NotifyActivities
@@ -37,6 +38,7 @@ class PlanActivities:
         self.plan_data = PlanDataActivities(store)
         self.revisions = PlanRevisionActivities(store)
         self.llm = LlmActivities(store, settings)
+        self.tenants = TenantActivities(self.llm.tenants)
         self.tools = ToolActivities(store, settings, git)
         self.workspace = WorkspaceActivities(git)
         self.chat_workspace = ChatWorkspaceActivities(git)
@@ -63,6 +65,7 @@ class PlanActivities:
             self.plan_data.plan_data_save_report,
             self.revisions.revise_plan_call,
             self.llm.call_llm,
+            self.tenants.tenant_room,
             self.tools.run_tool,
             self.delegation.delegate,
             self.compaction.compact_history,

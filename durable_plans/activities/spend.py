@@ -9,7 +9,8 @@ two that overlap; a local activity's entry adds its start time, since a run agai
 another worker after a crash counts from attempt 1 anew), in a ledger of the call's own
 (``paid:<call>``) and in the root session's budget ledger. The session store's ``charge``
 is idempotent per entry and returns the ledger's total, so the call's total is read back
-in the same step.
+in the same step. A plan that names a tenant charges the same entry to the tenant's
+ledger of the day (``domain/tenants.py``), which its daily cap is checked against.
 
 What the activity reports to its workflow (and so the plan report) is that total: the
 sum over every attempt that got an answer, including answers never stored. A call
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from durable_plans.activities.tenant_caps import today
 from durable_plans.domain.models import Usage
+from durable_plans.domain.tenants import ledger_of
 from durable_plans.session_store import SessionStore
 
 __all__ = ["call_ledger", "paid_for", "record_paid"]
@@ -44,10 +47,16 @@ def _attempt_entry(call_id: str) -> str:
     return f"{call_id}#attempt-{info.attempt}"
 
 
-async def record_paid(store: SessionStore, root: str, call_id: str, usage: Usage) -> Usage:
+async def record_paid(
+    store: SessionStore, root: str, call_id: str, usage: Usage, *, tenant: str | None = None
+) -> Usage:
     """Record an answer this attempt received for ``call_id`` (and charge it to ``root``'s
-    budget); returns everything paid for ``call_id`` so far, this answer included."""
+    budget, and to ``tenant``'s ledger of the day); returns everything paid for
+    ``call_id`` so far, this answer included."""
     entry = _attempt_entry(call_id)
+    if tenant:
+        # First: the ledger that stops further calls (``activities/tenant_caps.py``).
+        await store.charge(ledger_of(tenant, today()), entry, usage)
     total = await store.charge(call_ledger(call_id), entry, usage)
     if root:
         await store.charge(root, entry, usage)

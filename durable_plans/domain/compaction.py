@@ -114,6 +114,7 @@ class CompactInput(_Payload):
     extra_tools: tuple[ToolSchema, ...] = ()
     budget: Budget | None = None  # checked before the summary is asked for
     root_session_id: str = ""  # whose budget pays for the summary
+    tenant: str | None = None  # whose daily cap the summary must fit
 
 
 class CompactOutput(_Payload):

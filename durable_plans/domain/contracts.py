@@ -69,6 +69,7 @@ ACT_PLAN_DATA_SAVE_REPORT = "plan_data_save_report"
 # What a plan run's worker decided for it (``WorkerFacts``): a local activity the plugin
 # registers, asked once in the run's first activation.
 ACT_WORKER_FACTS = "worker_facts"
+ACT_TENANT_ROOM = "tenant_room"
 
 # Sub-agents nest at most this deep (the root session is depth 0).
 MAX_SUBAGENT_DEPTH = 3
@@ -150,6 +151,8 @@ class LlmCallInput(_Payload):
     system_prompt: str | None = None
     budget: Budget | None = None
     root_session_id: str = ""  # whose budget pays: the root of the session tree
+    # The plan's tenant, whose daily cap the call must fit (``domain/tenants.py``).
+    tenant: str | None = None
     # A subtask's first call builds its branch first, and a call that ends the subtask
     # with its answer closes the branch after: each saves the subtask a local activity,
     # which on a busy worker costs as much as the rest of its workflow task.
@@ -162,6 +165,18 @@ class LlmCallInput(_Payload):
     # agent's own, if it sets one.
     check_window: bool = False
     context_window: int | None = None
+
+
+class TenantRoomInput(_Payload):
+    tenant: str
+
+
+class TenantRoom(_Payload):
+    """Whether the tenant's cap has room for a call now, and when to ask again if not."""
+
+    room: bool
+    recheck_s: float
+    why: str = ""
 
 
 class ToolCallRef(_Payload):
@@ -239,6 +254,7 @@ class DelegateInput(_Payload):
     turn: int
     budget: Budget | None = None
     root_session_id: str
+    tenant: str | None = None  # whose daily cap the delegation must fit
 
 
 class DelegateOutput(_Payload):
@@ -318,6 +334,8 @@ class SubtaskInput(_Payload):
     # own, and those it may spawn. Carried, not looked up, so a replay sees the same ones.
     agents: tuple[AgentSpec, ...] = ()
     root_session_id: str = ""
+    # The plan's tenant: every LLM call of the subtask and its sub-agents fits its cap.
+    tenant: str | None = None
     depth: int = 0
     # Its LLM calls (and a join's merge) run as local activities (``workflows/llm_call.py``):
     # decided once per plan run (``WorkerFacts.llm_local``) and carried, so a replay sees

@@ -97,6 +97,9 @@ class FailureType(StrEnum):
     PERMISSION_DENIED = "PermissionDenied"
     NOT_FOUND = "NotFound"
     BUDGET_EXCEEDED = "BudgetExceeded"
+    # The plan's tenant has no room left today (domain/tenants.py): paused subtasks run
+    # again when the cap is raised or the day ends.
+    TENANT_BUDGET_EXCEEDED = "TenantBudgetExceeded"
     UNPROCESSABLE_ENTITY = "UnprocessableEntity"
     PAYMENT_REQUIRED = "PaymentRequired"
     CLIENT_ERROR = "ClientError"
@@ -129,6 +132,7 @@ NON_RETRYABLE_LLM_FAILURES: tuple[FailureType, ...] = (
     FailureType.NOT_FOUND,
     FailureType.BUDGET_EXCEEDED,
     FailureType.UNPROCESSABLE_ENTITY,
+    FailureType.TENANT_BUDGET_EXCEEDED,
 )
 
 

@@ -148,6 +148,7 @@ class AgentLoop:
     catalog: AgentCatalog
     root_session_id: str
     budget: Budget | None = None
+    tenant: str | None = None  # whose daily cap every call fits (``domain/tenants.py``)
     depth: int = 0
     # Spawned sub-agents' workflows are named under this workflow id and their runs
     # under this scope, so their ids never collide with anyone else's.
@@ -260,6 +261,7 @@ class AgentLoop:
                     fallback_models=self.spec.fallback_models,
                     system_prompt=self.system_prompt,
                     budget=self.budget,
+                    tenant=self.tenant,
                     root_session_id=self.root_session_id,
                     begin=self.begin,
                     close_on_answer=self.close_on_answer,
@@ -362,6 +364,7 @@ class AgentLoop:
                     tools=self.tools,
                     extra_tools=self.extra_tools,
                     budget=self.budget,
+                    tenant=self.tenant,
                     root_session_id=self.root_session_id,
                 ),
                 result_type=CompactOutput,
@@ -457,6 +460,7 @@ class AgentLoop:
                 scope=self.scope,
                 turn=self.turn,
                 budget=self.budget,
+                tenant=self.tenant,
                 root_session_id=self.root_session_id,
             ),
             result_type=DelegateOutput,
@@ -631,6 +635,7 @@ class AgentLoop:
             subtask=Subtask(id=child_id, description=prep.task, agent=prep.agent),
             base_session_id=prep.child_session_id,
             budget=self.budget,
+            tenant=self.tenant,
             agents=self.catalog.agents,
             root_session_id=self.root_session_id,
             depth=self.depth + 1,

@@ -28,6 +28,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from durable_plans._errors import OperatorError
+    from durable_plans.domain.contracts import ACT_TENANT_ROOM, TenantRoom, TenantRoomInput
     from durable_plans.domain.failures import FailureType, application_error
     from durable_plans.domain.models import (
         Budget,
@@ -53,6 +54,8 @@ with workflow.unsafe.imports_passed_through():
         paused_problem,
     )
     from durable_plans.domain.plan_log import LogEntry, PlanLog
+
+from durable_plans.workflows.policies import TENANT_ROOM_RETRY, TENANT_ROOM_TIMEOUT
 
 __all__ = ["NOT_STARTED", "PauseDesk", "PauseHandlers", "refused"]
 
@@ -105,6 +108,7 @@ class PauseDesk:
         self.since = dict(paused_since)
         for sid, since in self.since.items():
             self._watch(sid, since)
+            self._watch_tenant(sid, since)
 
     @property
     def waiting(self) -> bool:
@@ -152,6 +156,7 @@ class PauseDesk:
         self.since[result.id] = now
         self._watch(result.id, now)
         self.log.add(LogEntry.of(now, "paused", subtask=result.id, detail=why))
+        self._watch_tenant(result.id, now)
 
     def cancel_all(self) -> None:
         """The plan was cancelled: every paused subtask ends cancelled, saying why."""
@@ -291,6 +296,51 @@ class PauseDesk:
             return
         remaining = plan.pause_timeout_s - (workflow.now().timestamp() - since)
         self.timers.append(asyncio.create_task(self._time_out(sid, since, max(remaining, 0.0))))
+
+    def _watch_tenant(self, sid: str, since: float) -> None:
+        """For a pause on the tenant's daily cap: resume once the cap has room again."""
+        plan = self.plan
+        paused = self.results.get(sid)
+        assert plan is not None
+        if (
+            plan.tenant is None
+            or paused is None
+            or paused.error is None
+            or paused.error.type != FailureType.TENANT_BUDGET_EXCEEDED
+        ):
+            return
+        self.timers.append(asyncio.create_task(self._await_tenant_room(sid, since, plan.tenant)))
+
+    async def _await_tenant_room(self, sid: str, since: float, tenant: str) -> None:
+        """Ask the workers (``activities/tenant_caps.py``) whether ``tenant`` has room, then
+        every ``recheck_s`` the caps file sets, until it has or the pause ends otherwise;
+        raising the cap (or a new day) resumes the subtask, as an operator's resume would."""
+
+        def decided() -> bool:
+            return self.since.get(sid) != since
+
+        while not decided():
+            room = await workflow.execute_activity(
+                ACT_TENANT_ROOM,
+                TenantRoomInput(tenant=tenant),
+                result_type=TenantRoom,
+                start_to_close_timeout=TENANT_ROOM_TIMEOUT,
+                retry_policy=TENANT_ROOM_RETRY,
+            )
+            if decided():
+                return
+            if room.room:
+                self._resume(sid)
+                now = workflow.now().timestamp()
+                detail = f"tenant {tenant!r} has room again ({room.why or 'within its cap'})"
+                self.log.add(
+                    LogEntry.of(now, "resumed", by="tenant cap", subtask=sid, detail=detail)
+                )
+                return
+            try:
+                await workflow.wait_condition(decided, timeout=room.recheck_s)
+            except TimeoutError:
+                continue
 
     async def _time_out(self, sid: str, since: float, seconds: float) -> None:
         """Fail a subtask still paused (the same pause) when its time is up."""

@@ -1028,6 +1028,7 @@ class PlanWorkflow(PauseHandlers):
             budget=self.pause_desk.budget,
             agents=inp.agents,
             root_session_id=default_session_id(plan),
+            tenant=plan.tenant,
             depth=0,
             llm_local=self._llm_local,
             retries=retries,

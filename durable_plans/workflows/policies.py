@@ -45,6 +45,8 @@ __all__ = [
     "SHORT_HEARTBEAT",
     "STORE_OP_RETRY",
     "STORE_OP_TIMEOUT",
+    "TENANT_ROOM_RETRY",
+    "TENANT_ROOM_TIMEOUT",
     "TOOL_ERROR_START_TO_CLOSE",
     "WORKER_FACTS_TIMEOUT",
     "WORKSPACE_START_TO_CLOSE",
@@ -134,6 +136,17 @@ STORE_OP_RETRY = RetryPolicy(
 REVISE_TIMEOUT = timedelta(seconds=60)
 REVISE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_attempts=5
+)
+
+# A subtask paused on its tenant's cap asks whether the cap has room again (one read of
+# the session store); a store that is down is asked again, never given up on: the pause
+# stays a pause, which an operator can still end with resume or skip.
+TENANT_ROOM_TIMEOUT = timedelta(seconds=30)
+TENANT_ROOM_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=0,
 )
 
 TOOL_ERROR_START_TO_CLOSE = timedelta(seconds=30)

@@ -110,6 +110,7 @@ class SubtaskWorkflow(ApprovalHandlers):
             catalog=catalog,
             root_session_id=root,
             budget=inp.budget,
+            tenant=inp.tenant,
             depth=inp.depth,
             child_scope=scope,
             approvals=self.approval_desk,

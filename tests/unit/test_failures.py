@@ -30,6 +30,7 @@ from durable_plans.workflows.policies import NON_RETRYABLE_LLM_ERRORS
 # Recorded histories, reports and retry policies hold these strings.
 PERSISTED = {
     "PlanFailed",
+    "TenantBudgetExceeded",
     "InvalidPlan",
     "SchedulerStalled",
     "DependencyFailed",
@@ -97,6 +98,7 @@ def test_the_retry_policy_lists_the_same_strings_as_before() -> None:
         "NotFound",
         "BudgetExceeded",
         "UnprocessableEntity",
+        "TenantBudgetExceeded",
     ]
     assert all(type(t) is str for t in NON_RETRYABLE_LLM_ERRORS)
     assert len(NON_RETRYABLE_LLM_FAILURES) == len(NON_RETRYABLE_LLM_ERRORS)
