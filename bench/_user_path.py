@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,10 +71,11 @@ class DevServer:
 
 
 @contextlib.contextmanager
-def dev_server(tmp: Path, kind: str) -> Iterator[DevServer]:
+def dev_server(tmp: Path, kind: str, dynamic_config: Sequence[str] = ()) -> Iterator[DevServer]:
     """A dev server process with the project's search attributes registered (as
     ``dplan run --embedded`` and ``dplan setup`` leave it); ``kind`` "file" gives it a
-    state file in ``tmp``, as ``--embedded`` does."""
+    state file in ``tmp``, as ``--embedded`` does; ``dynamic_config`` adds
+    ``--dynamic-config-value KEY=VALUE`` settings (``bench/priority.py``)."""
     if kind not in SERVER_KINDS:
         raise ValueError(f"server kind {kind!r}: one of {SERVER_KINDS}")
     port = _free_port()
@@ -83,6 +84,8 @@ def dev_server(tmp: Path, kind: str) -> Iterator[DevServer]:
     argv += ["--metrics-port", str(_free_port()), "--log-level", "error", *dev_server_args()]
     if kind == "file":
         argv += ["--db-filename", str(tmp / f"temporal-{port}.db")]
+    for value in dynamic_config:
+        argv += ["--dynamic-config-value", value]
     with open(tmp / f"server-{kind}-{port}.log", "wb") as out:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
