@@ -31,7 +31,8 @@ __all__ = ["no_latency", "rig"]  # fixtures of test_big_plans, used here by name
 async def test_a_plan_above_the_old_cap_runs(rig: Rig) -> None:
     """2,500 subtasks (the cap was 2,000): chains of 10 and a wide fan-out, sent packed.
     Agent ``ask`` has no tools: one scripted call per subtask, the orchestration is what
-    runs."""
+    runs. 50 at a time: more fast children than that can pass the server's limit of 100
+    events buffered during one plan task (docs/known-issues.md)."""
     subtasks: list[Subtask] = [
         Subtask(id="root", description="Look at the workspace.", agent="ask")
     ]
@@ -53,7 +54,7 @@ async def test_a_plan_above_the_old_cap_runs(rig: Rig) -> None:
         for i in range(1_249)
     )
     plan = Plan(
-        id=f"wide-{uuid.uuid4().hex[:8]}", goal="big", max_parallel=100, subtasks=tuple(subtasks)
+        id=f"wide-{uuid.uuid4().hex[:8]}", goal="big", max_parallel=50, subtasks=tuple(subtasks)
     )
     assert len(plan.subtasks) == 2_500
     assert len(plan.model_dump_json()) > INLINE_PLAN_BYTES  # sent packed, run by reference
