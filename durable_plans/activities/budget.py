@@ -23,15 +23,16 @@ async def ensure_within_budget(store: SessionStore, root: str, budget: Budget | 
     used = await store.total_usage(root)
     reason = budget.exceeded_by(used)
     if reason is not None:
-        observe.budget_refused()
-        raise to_application_error(
-            LlmErrorClass(
-                type=FailureType.BUDGET_EXCEEDED.value,
-                message=f"{reason} (session tree {root})",
-                retryable=False,
-                retry_after_s=None,
-            )
-        )
+        raise refused_call(FailureType.BUDGET_EXCEEDED, f"{reason} (session tree {root})")
+
+
+def refused_call(type_: FailureType, message: str) -> Exception:
+    """A call not sent for want of budget (the plan's, or its tenant's daily cap): never
+    retried, and counted in the refusals metric."""
+    observe.budget_refused()
+    return to_application_error(
+        LlmErrorClass(type=type_.value, message=message, retryable=False, retry_after_s=None)
+    )
 
 
 async def charge(store: SessionStore, root: str, charge_id: str, usage: Usage) -> None:

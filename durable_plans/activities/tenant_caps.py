@@ -23,8 +23,7 @@ from typing import Any
 
 from temporalio import activity
 
-from durable_plans.activities import observe
-from durable_plans.activities.llm_errors import LlmErrorClass, to_application_error
+from durable_plans.activities.budget import refused_call
 from durable_plans.activities.log import get_logger
 from durable_plans.activities.shared_limits import estimate_tokens
 from durable_plans.domain.contracts import ACT_TENANT_ROOM, TenantRoom, TenantRoomInput
@@ -118,15 +117,7 @@ class TenantGate:
         tokens = estimate_tokens(kwargs)
         why = refusal(tenant, cap, spent, day=day, tokens=tokens, usd=_estimate_usd(kwargs, tokens))
         if why is not None:
-            observe.budget_refused()
-            raise to_application_error(
-                LlmErrorClass(
-                    type=FailureType.TENANT_BUDGET_EXCEEDED.value,
-                    message=f"{why} (cap: {cap.describe()})",
-                    retryable=False,
-                    retry_after_s=None,
-                )
-            )
+            raise refused_call(FailureType.TENANT_BUDGET_EXCEEDED, f"{why} (cap: {cap.describe()})")
 
     async def room(self, tenant: str) -> TenantRoom:
         """Whether a call of the smallest size would be sent for ``tenant`` now."""
