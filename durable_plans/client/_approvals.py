@@ -42,6 +42,7 @@ __all__ = [
     "decide",
     "decide_in",
     "pending_calls",
+    "pending_calls_everywhere",
     "pending_in_tree",
     "running_plan_ids",
 ]
@@ -138,6 +139,28 @@ async def pending_calls(
 async def running_plan_ids(client: Client, limit: int = 200) -> list[str]:
     ids = [e.id async for e in client.list_workflows(_RUNNING_PLANS, limit=limit)]
     return sorted(set(ids))
+
+
+async def pending_calls_everywhere(
+    client: Client, *, rpc_timeout: timedelta = QUERY_RPC_TIMEOUT
+) -> list[PendingCall]:
+    """The waiting calls of every running plan, the plans asked at once.
+
+    A plan that cannot answer in ``rpc_timeout`` (no worker polls its queue, or it ended
+    between the listing and the question) has nothing to decide now and is left out: one
+    such plan must not hold up the list, nor several add their waits up."""
+
+    async def of(plan_id: str) -> list[PendingCall]:
+        try:
+            report = await client.get_workflow_handle(plan_id).query(
+                "status", result_type=PlanReport, rpc_timeout=rpc_timeout
+            )
+            return await pending_calls(client, plan_id, report)
+        except (WorkflowQueryFailedError, RPCError):
+            return []
+
+    found = await asyncio.gather(*(of(pid) for pid in await running_plan_ids(client)))
+    return [call for calls in found for call in calls]
 
 
 # --------------------------------------------------------------------------- deciding

@@ -42,7 +42,7 @@ from durable_plans.client._approvals import (
     check_decision,
     decide,
     pending_calls,
-    running_plan_ids,
+    pending_calls_everywhere,
 )
 from durable_plans.client._conversations import (
     Conversation,
@@ -560,13 +560,7 @@ class Client:
         """Tool calls waiting for a person: of one plan, or of every running plan."""
         if plan_id is not None:
             return await self._pending(plan_id)
-        found: builtins.list[PendingCall] = []
-        for pid in await running_plan_ids(self._temporal):
-            try:
-                found += await pending_calls(self._temporal, pid)
-            except RPCError:
-                continue  # ended between the listing and the question
-        return found
+        return await pending_calls_everywhere(self._temporal)
 
     async def approve(
         self, plan_id: str, call: str, *, arguments: str | None = None
