@@ -8,7 +8,7 @@ them across Temporal's payload boundary unchanged.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, model_validator
@@ -565,9 +565,11 @@ class PlanReport(_Frozen):
         log_omitted: int = 0,
         revisions: tuple[Revision, ...] = (),
         forked_from: ForkedFrom | None = None,
+        replanning: Collection[str] = (),
     ) -> PlanReport:
         """The only way reports are made: counts, totals and status derive from results
-        (and a failed plan-level check, ``error``)."""
+        (and a failed plan-level check, ``error``). ``replanning``: failed subtasks whose
+        replanner is still at work, which do not fail the plan yet."""
         counts = Counts.of(r.status for r in results)
         if cancelled:
             # How the run ended, as Temporal and ``dplan list`` say it, whatever had
@@ -577,7 +579,8 @@ class PlanReport(_Frozen):
             # Before "failed": the plan is still open, and what it needs is a person.
             status = PlanStatus.PAUSED
         elif error is not None or any(
-            r.status is SubtaskStatus.FAILED and r.replaced_by is None for r in results
+            r.status is SubtaskStatus.FAILED and r.replaced_by is None and r.id not in replanning
+            for r in results
         ):
             # A failure replanned around is counted (never hidden), but what stands
             # decides: the subtasks the replanner left or added.

@@ -360,6 +360,7 @@ class PlanWorkflow(PauseHandlers):
             log_omitted=self._log.omitted,
             revisions=tuple(self._revisions),
             forked_from=self._inp.forked_from if self._inp is not None else None,
+            replanning=self._replanning.values(),
         )
 
     def _progress_report(self) -> PlanReport:
@@ -372,7 +373,12 @@ class PlanWorkflow(PauseHandlers):
         plan = self._plan
         if plan is None:
             return PlanReport.build("", [])
-        return PlanReport.build(plan.id, self._rows(plan, every=False), cancelled=self._cancelled)
+        return PlanReport.build(
+            plan.id,
+            self._rows(plan, every=False),
+            cancelled=self._cancelled,
+            replanning=self._replanning.values(),
+        )
 
     def _workspace_summary(self) -> WorkspaceSummary | None:
         """The published result once the plan ended; until then the base it started from."""

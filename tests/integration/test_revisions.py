@@ -302,7 +302,21 @@ async def test_a_failure_is_replanned_around_and_the_plan_completes(
         assert report.revisions == ()
         assert any("max_replans (0) reached" in e.detail for e in report.log)
         return
-    report = await (await harness.start(plan)).result()
+    assert isinstance(harness.provider, GatedProvider)
+    replanner = harness.provider.gate(
+        "replanner", 2, lambda messages: "You are the replanner" in str(messages[-1].get("content"))
+    )
+    handle = await harness.start(plan)
+    deadline = time.monotonic() + WAIT_S
+    while replanner.arrived < 1:
+        assert time.monotonic() < deadline, "the replanner never asked the model"
+        await asyncio.sleep(0.05)
+    # While the replanner works, the failure is held: the plan is running, not failed.
+    held = await Client(harness.client, harness.settings).status(plan.id)
+    assert held.status is PlanStatus.RUNNING, held.counts
+    assert by_id(held)["bad"].status is SubtaskStatus.FAILED and held.counts.failed == 1
+    replanner.release()
+    report = await handle.result()
 
     assert report.status is PlanStatus.COMPLETED, report.counts
     rows = by_id(report)

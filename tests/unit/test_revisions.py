@@ -99,7 +99,9 @@ def test_subtasks_to_add_are_read_as_a_plan_files_with_each_problem() -> None:
         subtasks_from_data({"subtasks": [], "goal": "g"})
 
 
-def test_a_replanned_failure_is_counted_but_no_longer_fails_the_plan() -> None:
+def test_a_replanned_failure_is_counted_but_fails_the_plan_neither_while_replanned_nor_after() -> (
+    None
+):
     error = ErrorInfo(type="BadRequest", message="no")
     failed = SubtaskResult(id="bad", status=SubtaskStatus.FAILED, agent="coder", error=error)
     done = SubtaskResult(id="alt", status=SubtaskStatus.COMPLETED, agent="coder", result="ok")
@@ -108,6 +110,12 @@ def test_a_replanned_failure_is_counted_but_no_longer_fails_the_plan() -> None:
     assert standing.status is PlanStatus.FAILED
     assert replaced.status is PlanStatus.COMPLETED
     assert replaced.counts.failed == 1  # never hidden
+    # While its replanner works the plan is running, not failed; once the replanner is
+    # done without replacing it, the failure stands again.
+    replanner = SubtaskResult(id="r", status=SubtaskStatus.RUNNING, agent="orchestrator")
+    held = PlanReport.build("p", [failed, replanner], replanning=["bad"])
+    assert held.status is PlanStatus.RUNNING and held.counts.failed == 1
+    assert PlanReport.build("p", [failed, replanner]).status is PlanStatus.FAILED
 
 
 def test_the_replanner_is_told_the_goal_the_failure_and_where_the_plan_stands() -> None:
