@@ -522,6 +522,28 @@ def cmd_list(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
     )
 
 
+def _add_tenants_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "tenants",
+        help="what each tenant spent today beside its daily cap",
+        description=(
+            "Each tenant DPLAN_TENANTS names (and each TENANT given): tokens and dollars "
+            "spent on a UTC day, from the workers' session store, beside its cap. Exit 0 "
+            "listed, 1 the store cannot be read, 2 a bad --day or tenants file."
+        ),
+    )
+    parser.add_argument("tenant", nargs="*", metavar="TENANT", help="tenants to add to the list")
+    parser.add_argument("--day", metavar="YYYY-MM-DD", default=None, help="default: today (UTC)")
+    parser.add_argument("--json", action="store_true", help="print the rows as a JSON array")
+    parser.set_defaults(handler=cmd_tenants)
+
+
+def cmd_tenants(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
+    from durable_plans.cli.tenants_command import tenants_command
+
+    return tenants_command(args.tenant, day=args.day, json_output=args.json)
+
+
 def _add_schedule_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "schedule",
@@ -905,6 +927,7 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     _add_plan_parser,
     _add_replay_parser,
     _add_list_parser,
+    _add_tenants_parser,
     _add_setup_parser,
     _add_gc_parser,
     _add_codec_server_parser,

@@ -13,7 +13,7 @@ import asyncio
 import builtins
 import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,7 @@ from durable_plans.domain.plan_data import size_problems
 from durable_plans.domain.plan_loader import load_plan_file, plan_from_data, validate_plan
 from durable_plans.domain.plan_log import cancel_reason
 from durable_plans.domain.revisions import REVISE_UPDATE, Revision, RevisionRequest
+from durable_plans.domain.tenants import TenantSpend, ledger_of, read_tenants
 from durable_plans.namespace_setup import setup_search_attributes
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
@@ -609,6 +610,27 @@ class Client:
         ``SessionNotFound`` for a conversation the store does not hold."""
         store = await self._session_store()
         return await store.read(session_id)
+
+    async def tenant_spend(
+        self, tenants: Sequence[str] = (), *, day: date | None = None
+    ) -> builtins.list[TenantSpend]:
+        """What each tenant spent on ``day`` (UTC; default today) and its cap: the tenants
+        ``DPLAN_TENANTS`` names and ``tenants``, from the workers' session store (as
+        ``messages`` reads it). Raises ``TenantsConfigError`` for a file that cannot be
+        used, as a worker would refuse it."""
+        caps = read_tenants(self._settings.tenants_file) if self._settings.tenants_file else None
+        names = sorted({*(caps.tenants if caps else ()), *tenants})
+        when = day or datetime.now(UTC).date()
+        store = await self._session_store()
+        return [
+            TenantSpend(
+                tenant=name,
+                day=when,
+                used=await store.total_usage(ledger_of(name, when)),
+                cap=caps.cap_of(name) if caps else None,
+            )
+            for name in names
+        ]
 
     async def close(self) -> None:
         """Close what this client opened itself (the session store ``messages`` reads);

@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_RECHECK_S",
     "TenantCap",
     "TenantCaps",
+    "TenantSpend",
     "TenantsConfigError",
     "ledger_of",
     "parse_tenants",
@@ -92,6 +93,25 @@ class TenantCaps(BaseModel):
 
     def cap_of(self, tenant: str | None) -> TenantCap | None:
         return self.tenants.get(tenant) if tenant else None
+
+
+class TenantSpend(BaseModel):
+    """What a tenant spent on a UTC day, beside its cap (``dplan tenants``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tenant: str
+    day: date
+    used: Usage
+    cap: TenantCap | None = None  # None: the file does not cap this tenant
+
+    @property
+    def at_cap(self) -> bool:
+        """Whether not even a one-token call would be sent now."""
+        return (
+            self.cap is not None
+            and refusal(self.tenant, self.cap, self.used, day=self.day, tokens=1) is not None
+        )
 
 
 def ledger_of(tenant: str, day: date) -> str:

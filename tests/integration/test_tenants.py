@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 import re
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
@@ -36,6 +40,7 @@ from tests.integration.workers import WorkerProcess, new_workspace, worker_env
 
 pytestmark = pytest.mark.integration
 
+DPLAN = Path(sys.executable).parent / "dplan"
 WAIT_S = 120.0  # a bound on waiting, never asserted
 USED = re.compile(r"has used ([\d,]+) of its ([\d,]+) tokens today \((\S+) UTC\)")
 
@@ -94,6 +99,18 @@ async def paused(plans: Client, plan_id: str, sid: str, deadline: float) -> Plan
             if by_id(report)[sid].status is SubtaskStatus.PAUSED:
                 return report
         await asyncio.sleep(0.1)
+
+
+async def dplan(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``dplan ARGS`` in a process of its own, with the workers' environment."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [str(DPLAN), *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def today() -> date:
@@ -187,6 +204,23 @@ async def test_a_capped_tenant_stops_at_its_cap_across_a_sigkill_and_resumes_whe
     assert served(requests, "beta").total_tokens > 0
     # The pause, the looks at the cap and the resume replay as they ran.
     assert await assert_replays(client, [capped.id]) >= 1
+
+    # `dplan tenants` says the same, beside each cap (team-c: given, never charged).
+    listed = await dplan(env, "tenants", "team-c", "--json", "--day", days[-1].isoformat())
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["tenant"]: row for row in json.loads(listed.stdout)}
+    assert list(rows) == ["team-a", "team-c"]
+    if len(set(days)) == 1:  # the whole test within one UTC day: one ledger to compare
+        assert rows["team-a"]["used"]["prompt_tokens"] == served(requests, "alpha").prompt_tokens
+    assert rows["team-a"]["cap"] == {"tokens": 10_000_000, "usd": None}
+    assert rows["team-c"] == {
+        "tenant": "team-c",
+        "day": days[-1].isoformat(),
+        "used": Usage().model_dump(mode="json"),
+        "cap": None,
+    }
+    bad = await dplan(env, "tenants", "--day", "yesterday")
+    assert bad.returncode == 2 and "--day: expected YYYY-MM-DD, got 'yesterday'" in bad.stderr
 
 
 async def test_with_on_failure_fail_the_plan_fails_on_the_cap_and_nothing_is_sent(
