@@ -32,6 +32,7 @@ from durable_plans.domain.tenants import (
     TenantCaps,
     TenantsConfigError,
     ledger_of,
+    no_room,
     read_tenants,
     refusal,
 )
@@ -127,7 +128,7 @@ class TenantGate:
             return TenantRoom(room=True, recheck_s=caps.recheck_s, why="no cap")
         day = today()
         spent = await self.store.total_usage(ledger_of(tenant, day))
-        why = refusal(tenant, cap, spent, day=day, tokens=1)
+        why = no_room(tenant, cap, spent, day=day)
         return TenantRoom(room=why is None, recheck_s=caps.recheck_s, why=why or "")
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "TenantSpend",
     "TenantsConfigError",
     "ledger_of",
+    "no_room",
     "parse_tenants",
     "read_tenants",
     "refusal",
@@ -110,7 +111,7 @@ class TenantSpend(BaseModel):
         """Whether not even a one-token call would be sent now."""
         return (
             self.cap is not None
-            and refusal(self.tenant, self.cap, self.used, day=self.day, tokens=1) is not None
+            and no_room(self.tenant, self.cap, self.used, day=self.day) is not None
         )
 
 
@@ -141,6 +142,12 @@ def refusal(
             f"this call needs about ${usd:.4f} more"
         )
     return None
+
+
+def no_room(tenant: str, cap: TenantCap, spent: Usage, *, day: date) -> str | None:
+    """Why not even the smallest call may be sent (a spend exactly at its cap, in tokens
+    or in dollars, leaves none); None while there is room."""
+    return refusal(tenant, cap, spent, day=day, tokens=1, usd=1e-9)
 
 
 def parse_tenants(text: str, *, source: str, as_json: bool) -> TenantCaps:

@@ -20,6 +20,7 @@ from durable_plans.domain.tenants import (
     TenantCap,
     TenantsConfigError,
     ledger_of,
+    no_room,
     parse_tenants,
     read_tenants,
     refusal,
@@ -91,6 +92,14 @@ def test_a_call_is_refused_when_it_would_pass_the_cap() -> None:
     )
     why = refusal("t", cap, spent, day=day, tokens=1, usd=0.6)
     assert why is not None and why.startswith("tenant 't' has spent $1.5000 of its $2")
+
+
+def test_a_spend_exactly_at_a_cap_leaves_no_room_in_tokens_or_dollars() -> None:
+    day = date(2026, 11, 28)
+    assert no_room("t", TenantCap(usd=2.0), Usage(cost_usd=1.99), day=day) is None
+    assert no_room("t", TenantCap(usd=2.0), Usage(cost_usd=2.0), day=day) is not None
+    assert no_room("t", TenantCap(tokens=10), Usage(prompt_tokens=9), day=day) is None
+    assert no_room("t", TenantCap(tokens=10), Usage(prompt_tokens=10), day=day) is not None
 
 
 async def test_the_ledger_counts_each_answer_once_per_attempt(store: SessionStore) -> None:
