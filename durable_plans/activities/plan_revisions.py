@@ -46,13 +46,7 @@ class PlanRevisionActivities:
     async def revise_plan_call(self, inp: RevisePlanCallInput) -> None:
         """Send one ``revise_plan`` call to the plan and write its answer."""
         async with heartbeating():
-            at = ToolCallAt(
-                session_id=inp.session_id,
-                message_id=inp.message_id,
-                call_index=inp.call_index,
-                scope=inp.scope,
-                turn=inp.turn,
-            )
+            at = ToolCallAt.of(inp)
             call = await pending_call(self._store, at)
             if not isinstance(call, ToolCall):
                 return  # answered before a crash: the plan has its answer already

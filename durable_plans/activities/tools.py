@@ -50,13 +50,7 @@ class ToolActivities:
                 return await self._run_tool(inp)
 
     async def _run_tool(self, inp: ToolCallInput) -> ToolCallOutput:
-        at = ToolCallAt(
-            session_id=inp.session_id,
-            message_id=inp.message_id,
-            call_index=inp.call_index,
-            scope=inp.scope,
-            turn=inp.turn,
-        )
+        at = ToolCallAt.of(inp)
         call = await pending_call(self._store, at)
         if isinstance(call, ToolCallOutput):
             # Answered by an earlier attempt: never twice, but with the commit it made.

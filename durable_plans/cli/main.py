@@ -721,10 +721,7 @@ def _add_retry_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "edit and re-run: change a field (description, agent or model) of each --subtask "
         "given, before it runs again (repeatable)",
     )
-    add_operator_option(parser)
-    _add_embedded_option(parser)
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--no-wait", action="store_true", help="start it and return")
+    _add_start_options(parser)
     parser.set_defaults(handler=cmd_retry)
 
 
@@ -740,6 +737,14 @@ def cmd_retry(args: argparse.Namespace) -> Coroutine[Any, Any, int]:
         json_output=args.json,
         no_wait=args.no_wait,
     )
+
+
+def _add_start_options(parser: argparse.ArgumentParser) -> None:
+    """What every command that starts a plan run from another takes (retry, fork)."""
+    add_operator_option(parser)
+    _add_embedded_option(parser)
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--no-wait", action="store_true", help="start it and return")
 
 
 def _add_fork_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -762,10 +767,7 @@ def _add_fork_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     )
     _add_set_option(parser, "change a field of SUBTASK (description, agent or model)")
     parser.add_argument("--id", dest="new_id", metavar="NEW", help="the new plan's id")
-    add_operator_option(parser)
-    _add_embedded_option(parser)
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--no-wait", action="store_true", help="start it and return")
+    _add_start_options(parser)
     parser.set_defaults(handler=cmd_fork)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from enum import StrEnum
-from typing import Final
+from typing import Final, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -103,6 +103,30 @@ class ToolCallAt(_Payload):
     call_index: int
     scope: str
     turn: int
+
+    @classmethod
+    def of(cls, call: _LocatesCall) -> ToolCallAt:
+        """The place an activity's input names (``ToolCallInput``, ``RevisePlanCallInput``)."""
+        return cls(
+            session_id=call.session_id,
+            message_id=call.message_id,
+            call_index=call.call_index,
+            scope=call.scope,
+            turn=call.turn,
+        )
+
+
+class _LocatesCall(Protocol):
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def message_id(self) -> str: ...
+    @property
+    def call_index(self) -> int: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def turn(self) -> int: ...
 
 
 class McpCallInput(_Payload):
