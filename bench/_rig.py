@@ -26,7 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 from durable_plans.activities.scripted_model import LATENCY_ENV, SCRIPTED_MODEL
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus
-from durable_plans.embedded import temporal_binary
+from durable_plans.embedded import DEV_SERVER_STARTUP, temporal_binary
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
@@ -123,6 +123,7 @@ async def embedded_server(runtime: Runtime | None = None) -> AsyncIterator[Workf
     extra: dict[str, Any] = {"runtime": runtime} if runtime is not None else {}
     with stdout_silenced():
         env = await WorkflowEnvironment.start_local(
+            dev_server_startup_timeout=DEV_SERVER_STARTUP,
             dev_server_existing_path=str(temporal_binary()),
             plugins=[DurablePlansPlugin()],
             dev_server_log_level="error",

@@ -43,6 +43,7 @@ from durable_plans.worker import build_worker
 from durable_plans.workspace_gc import run_periodically
 
 __all__ = [
+    "DEV_SERVER_STARTUP",
     "EmbeddedServerError",
     "EmbeddedTemporal",
     "RunningWorker",
@@ -57,6 +58,9 @@ __all__ = [
 T = TypeVar("T")
 
 DEFAULT_PORT = 7233
+# How long ``WorkflowEnvironment.start_local`` may take to bring a dev server up: the SDK's
+# 5 s default was missed on a 2-core host starting four servers at once beside mypy.
+DEV_SERVER_STARTUP = timedelta(seconds=60)
 DEFAULT_UI_PORT = 8233
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 _START_ATTEMPTS = 3  # a free port can be taken between choosing it and binding it

@@ -31,7 +31,7 @@ from durable_plans.activities.scripted_model import LATENCY_ENV, SCRIPTED_MODEL
 from durable_plans.client import Client
 from durable_plans.connection import DEFAULT_NAMESPACE, TemporalAccess
 from durable_plans.domain import search_attributes
-from durable_plans.embedded import temporal_binary
+from durable_plans.embedded import DEV_SERVER_STARTUP, temporal_binary
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
@@ -102,6 +102,7 @@ async def local_stack(
         )
         worker_settings.workspace.mkdir(parents=True, exist_ok=True)
         env = await WorkflowEnvironment.start_local(
+            dev_server_startup_timeout=DEV_SERVER_STARTUP,
             dev_server_existing_path=str(temporal_binary()),
             plugins=[DurablePlansPlugin(settings=worker_settings)],
             dev_server_log_level="error",

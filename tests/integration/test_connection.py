@@ -28,7 +28,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_plans import TemporalUnreachable
 from durable_plans.connection import TemporalAccess
-from durable_plans.embedded import EmbeddedTemporal, free_port
+from durable_plans.embedded import DEV_SERVER_STARTUP, EmbeddedTemporal, free_port
 from durable_plans.settings import Settings
 from durable_plans.temporal_client import connect
 from tests.certs import CLIENT_NAME, SERVER_NAME, Pki, make_pki
@@ -47,6 +47,7 @@ async def profile_server() -> AsyncIterator[WorkflowEnvironment]:
     """A dev server of its own whose only extra namespace is the profile's: a plan that
     ran anywhere else would not be found there."""
     env = await WorkflowEnvironment.start_local(
+        dev_server_startup_timeout=DEV_SERVER_STARTUP,
         namespace=PROFILE_NAMESPACE,
         dev_server_existing_path=temporal_binary(),
         dev_server_log_level="error",

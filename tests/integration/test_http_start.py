@@ -26,6 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.domain.failures import FailureType, invalid_plan_problems
 from durable_plans.domain.models import PlanReport, PlanStatus
+from durable_plans.embedded import DEV_SERVER_STARTUP
 from durable_plans.plugin import DurablePlansPlugin
 from tests.integration.conftest import Harness, temporal_binary
 
@@ -52,6 +53,7 @@ class HttpServer:
 async def http_server() -> AsyncIterator[HttpServer]:
     port = _free_port()
     env = await WorkflowEnvironment.start_local(
+        dev_server_startup_timeout=DEV_SERVER_STARTUP,
         dev_server_existing_path=temporal_binary(),
         plugins=[DurablePlansPlugin()],
         dev_server_log_level="error",

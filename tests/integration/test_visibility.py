@@ -25,6 +25,7 @@ from durable_plans.cli.main import main
 from durable_plans.client import Client as PlansClient
 from durable_plans.domain import search_attributes as sa
 from durable_plans.domain.models import Plan, PlanStatus
+from durable_plans.embedded import DEV_SERVER_STARTUP
 from durable_plans.namespace_setup import check_search_attributes
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.testing import FakeProvider
@@ -279,6 +280,7 @@ async def test_without_registered_attributes_plans_run_with_one_warning_then_set
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     env = await WorkflowEnvironment.start_local(
+        dev_server_startup_timeout=DEV_SERVER_STARTUP,
         dev_server_existing_path=temporal_binary(),
         plugins=[DurablePlansPlugin()],
         dev_server_log_level="error",

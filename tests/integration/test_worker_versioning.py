@@ -40,6 +40,7 @@ from durable_plans.domain.session_contracts import (
     SessionState,
     session_workflow_id,
 )
+from durable_plans.embedded import DEV_SERVER_STARTUP
 from durable_plans.plugin import DurablePlansPlugin
 from durable_plans.session_store import SessionStore
 from durable_plans.session_store.factory import open_session_store
@@ -62,6 +63,7 @@ async def versioned_env() -> AsyncIterator[WorkflowEnvironment]:
     current build reaches the partitions one by one, and on a loaded machine the
     deployment's "propagation in progress" was seen to last minutes)."""
     env = await WorkflowEnvironment.start_local(
+        dev_server_startup_timeout=DEV_SERVER_STARTUP,
         dev_server_existing_path=temporal_binary(),
         plugins=[DurablePlansPlugin()],
         dev_server_log_level="error",
