@@ -17,6 +17,8 @@ parsed once per worker, not once per subtask.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Final
 
 from temporalio import activity
@@ -35,7 +37,7 @@ from durable_plans.domain.contracts import (
 )
 from durable_plans.domain.failures import FailureType, invalid_plan_error
 from durable_plans.domain.inputs import plan_input_from_value
-from durable_plans.domain.models import Message, Plan, PlanReport, SessionMeta
+from durable_plans.domain.models import Message, Plan, PlanReport, SessionMeta, Subtask
 from durable_plans.domain.plan_data import (
     MAX_LEAN_BYTES,
     PACKED_FIELD,
@@ -51,7 +53,9 @@ from durable_plans.session_store import SessionNotFound, SessionStore
 
 CHUNK_CHARS: Final = 512 * 1024
 _CACHED_PLANS: Final = 8
-_plans: OrderedDict[str, Plan] = OrderedDict()
+# Each cached plan with its subtasks by id: every subtask of a plan run by reference looks
+# its own entry up, and rebuilding the index per subtask made a plan's starts quadratic.
+_plans: OrderedDict[str, tuple[Plan, Mapping[str, Subtask]]] = OrderedDict()
 
 
 def unavailable(ref: PlanDataRef, why: str) -> ApplicationError:
@@ -103,6 +107,15 @@ async def stored_report(store: SessionStore, ref: PlanDataRef) -> PlanReport:
 
 async def stored_plan(store: SessionStore, ref: PlanDataRef) -> Plan:
     """The full plan ``ref`` names, read once per worker."""
+    return (await _stored(store, ref))[0]
+
+
+async def stored_subtasks(store: SessionStore, ref: PlanDataRef) -> Mapping[str, Subtask]:
+    """The subtasks of the plan ``ref`` names, by id (built once per cached plan)."""
+    return (await _stored(store, ref))[1]
+
+
+async def _stored(store: SessionStore, ref: PlanDataRef) -> tuple[Plan, Mapping[str, Subtask]]:
     cached = _plans.get(ref.sha256)
     if cached is not None:
         _plans.move_to_end(ref.sha256)
@@ -112,10 +125,11 @@ async def stored_plan(store: SessionStore, ref: PlanDataRef) -> Plan:
         plan = Plan.model_validate_json(data)
     except ValueError:
         raise unavailable(ref, "is not a plan") from None
-    _plans[ref.sha256] = plan
+    entry = (plan, MappingProxyType({s.id: s for s in plan.subtasks}))
+    _plans[ref.sha256] = entry
     while len(_plans) > _CACHED_PLANS:
         _plans.popitem(last=False)
-    return plan
+    return entry
 
 
 class PlanDataActivities:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from temporalio import activity
 
 from durable_plans.activities.heartbeat import heartbeating
-from durable_plans.activities.plan_data import stored_plan
+from durable_plans.activities.plan_data import stored_subtasks
 from durable_plans.activities.spend import paid_for
 from durable_plans.domain.contracts import (
     ACT_BRANCH_SPEND,
@@ -125,8 +125,7 @@ async def _descriptions(store: SessionStore, inp: BeginSubtaskInput) -> tuple[st
     stored data where the workflow carries excerpts (``domain.plan_data``)."""
     if inp.plan_data is None:
         return inp.subtask.description, list(inp.dependency_descriptions)
-    plan = await stored_plan(store, inp.plan_data)
-    stored = {s.id: s for s in plan.subtasks}
+    stored = await stored_subtasks(store, inp.plan_data)
     task = full_description(inp.subtask, stored.get(inp.subtask.id))
     deps = [
         full_description(Subtask(id=dep_id, description=excerpt), stored.get(dep_id))
