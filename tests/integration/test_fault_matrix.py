@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.client import Interceptor as ClientInterceptor
 from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
@@ -52,6 +54,7 @@ from durable_plans.session_store import SessionStore
 from durable_plans.settings import SCRIPTED_MODEL, Settings
 from durable_plans.testing import FakeProvider, RecordedRequest
 from durable_plans.workflows import policies
+from tests.integration.chaos_support import bounded, selected_params
 from tests.integration.conftest import TimeSkipping, provider_settings, running_worker
 from tests.integration.plans import by_id, run_plan, workflow_status
 
@@ -174,26 +177,6 @@ def litellm_imported() -> None:
     with the fault under test. Cold start is not what this matrix measures.
     """
     import_litellm()
-
-
-@pytest.fixture
-async def fh(
-    request: pytest.FixtureRequest,
-    client: Client,
-    time_skipping: TimeSkipping,
-    provider: FakeProvider,
-    tmp_path: Path,
-) -> AsyncIterator[FaultHarness]:
-    """A harness on the shared dev server; a fault that runs the retry policy out runs on
-    the time-skipping test server instead, which skips the backoff timers (1+2+4+8+16 s)
-    instead of waiting them out. Time never skips while an activity or a workflow task is
-    in flight there, so no timeout of a call in progress can fire early."""
-    callspec = getattr(request.node, "callspec", None)
-    fault = callspec.params.get("fault") if callspec is not None else None
-    if isinstance(fault, Fault) and fault.exhausted:
-        client = await time_skipping.client()
-    async with fault_harness(client, provider, tmp_path) as h:
-        yield h
 
 
 def two_subtask_plan(directive: str, *, faulty_agent: str = "coder") -> Plan:
@@ -354,8 +337,19 @@ def attempt_numbers(outcomes: tuple[str, ...]) -> list[int]:
     return numbers
 
 
-@pytest.mark.parametrize("fault", MATRIX, ids=[f.name for f in MATRIX])
-async def test_fault_is_retried_or_failed_as_classified(fh: FaultHarness, fault: Fault) -> None:
+async def fault_case(client: Client, time_skipping: TimeSkipping, tmp: Path, fault: Fault) -> None:
+    """One row of the matrix, on its own provider, worker, task queue and store: on the
+    shared dev server; a fault that runs the retry policy out runs on the time-skipping
+    test server instead, which skips the backoff timers (1+2+4+8+16 s) instead of waiting
+    them out. Time never skips while an activity or a workflow task is in flight there, so
+    no timeout of a call in progress can fire early."""
+    if fault.exhausted:
+        client = await time_skipping.client()
+    async with FakeProvider(latency_ms=0) as provider, fault_harness(client, provider, tmp) as fh:
+        await check_fault(fh, fault)
+
+
+async def check_fault(fh: FaultHarness, fault: Fault) -> None:
     plan = two_subtask_plan(fault.directive)
     report, failure = await run_plan(fh.client, plan, fh.task_queue)
     await settled(fh.provider)
@@ -470,10 +464,7 @@ async def eventually(check: Callable[[], Awaitable[Any]], timeout_s: float, what
         await asyncio.sleep(0.1)
 
 
-@pytest.mark.parametrize("llm_local", [True, False], ids=["local", "regular"])
-async def test_connection_refused_is_retried_as_connection_until_cancelled(
-    client: Client, provider: FakeProvider, tmp_path: Path, llm_local: bool
-) -> None:
+async def connection_refused_case(client: Client, tmp: Path, llm_local: bool) -> None:
     """Exhausting the fixed budget (6 attempts, 1+2+4+8+16 s of backoff) takes 31 s, so
     this case observes the retries and their classification, then cancels the plan: with
     the calls as local activities (retried by the worker, between workflow-task
@@ -482,9 +473,10 @@ async def test_connection_refused_is_retried_as_connection_until_cancelled(
     coder = BUILTIN_CATALOG.get("coder")
     # The healthy subtask runs on the in-process scripted model, which needs no network.
     offline = coder.model_copy(update={"name": "offline", "model": SCRIPTED_MODEL})
-    async with fault_harness(
-        client, provider, tmp_path, api_base=refused, llm_local=llm_local
-    ) as h:
+    async with (
+        FakeProvider(latency_ms=0) as provider,
+        fault_harness(client, provider, tmp, api_base=refused, llm_local=llm_local) as h,
+    ):
         plan = two_subtask_plan("")
         plan = plan.model_copy(
             update={
@@ -567,3 +559,70 @@ async def test_connection_refused_is_retried_as_connection_until_cancelled(
         branch = await h.store.read(faulty_branch)
         assert branch and not any(m.role == "assistant" for m in branch)
         assert_session_clean(branch)
+
+
+# --------------------------------------------------------------------------- all at once
+
+# Each case mostly waits (on a slow answer, on retry backoffs, on Temporal's round trips),
+# so the module's cases run side by side in the background from its first test, this many
+# at a time, the longest waits first; each test awaits its own case. A case has its own
+# provider, worker, task queue and store, as it had when the cases ran one by one.
+CASES_AT_ONCE = 4
+# Longest first: a slow answer waited out (SLOW_ANSWER_MS), retries waited out (the 1 s
+# and 2 s first backoffs, a 2 s Retry-After); the order only changes the module's wall time.
+LONGEST_FIRST = ("slow-beyond-timeout", "refused-local", "500", "429-retry-after")
+# A bound on a case, never a timing claim: far above one, below pytest's timeout.
+CASE_BOUND_S = 240.0
+LOCALITY = {True: "local", False: "regular"}  # the connection-refused case's ids
+
+
+@pytest.fixture(scope="module")
+async def cases(
+    request: pytest.FixtureRequest,
+    litellm_imported: None,
+    temporal_env: WorkflowEnvironment,
+    time_skipping: TimeSkipping,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[dict[str, asyncio.Task[None]]]:
+    """The selected tests' cases, running in the background, by test id."""
+    client = temporal_env.client
+    runs: dict[str, Callable[[Path], Awaitable[None]]] = {}
+    for fault in selected_params(request, __file__, "test_fault_is_retried_or_failed_", "fault"):
+        runs[fault.name] = partial(fault_case, client, time_skipping, fault=fault)
+    refused = "test_connection_refused_is_retried_"
+    for llm_local in selected_params(request, __file__, refused, "llm_local"):
+        runs[f"refused-{LOCALITY[llm_local]}"] = partial(
+            connection_refused_case, client, llm_local=llm_local
+        )
+    gate = asyncio.Semaphore(CASES_AT_ONCE)
+
+    async def one(name: str, run: Callable[[Path], Awaitable[None]]) -> None:
+        async with gate:
+            await run(tmp_path_factory.mktemp(f"fault-{name}"))
+
+    order = sorted(runs, key=lambda n: LONGEST_FIRST.index(n) if n in LONGEST_FIRST else 99)
+    tasks = {n: asyncio.create_task(one(n, runs[n]), name=f"fault-{n}") for n in order}
+    try:
+        yield tasks
+    finally:
+        for task in tasks.values():
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+
+async def case_done(cases: dict[str, asyncio.Task[None]], name: str) -> None:
+    await bounded(asyncio.shield(cases[name]), CASE_BOUND_S, f"fault case {name}")
+
+
+@pytest.mark.parametrize("fault", MATRIX, ids=[f.name for f in MATRIX])
+async def test_fault_is_retried_or_failed_as_classified(
+    cases: dict[str, asyncio.Task[None]], fault: Fault
+) -> None:
+    await case_done(cases, fault.name)
+
+
+@pytest.mark.parametrize("llm_local", list(LOCALITY), ids=list(LOCALITY.values()))
+async def test_connection_refused_is_retried_as_connection_until_cancelled(
+    cases: dict[str, asyncio.Task[None]], llm_local: bool
+) -> None:
+    await case_done(cases, f"refused-{LOCALITY[llm_local]}")

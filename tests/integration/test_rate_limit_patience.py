@@ -16,16 +16,22 @@ real limit (so they still meet its 429s).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.domain.ids import subtask_workflow_id
-from durable_plans.domain.models import Plan, PlanStatus, Subtask
+from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
 from durable_plans.testing import FakeProvider, refused_count
+from tests.integration.chaos_support import bounded, selected_params
 from tests.integration.conftest import TimeSkipping, provider_settings, running_worker
 from tests.integration.plans import by_id, make_plan, run_plan
 from tests.integration.workers import WorkerProcess, new_workspace, worker_env
@@ -52,29 +58,98 @@ def rate_limited_plan() -> Plan:
     )
 
 
+# Each run mostly waits (on its workers' start, on the provider's limit and Retry-After),
+# so the module's runs go on side by side in the background from the first test of them;
+# each run's test awaits it and checks its result. A run has its own provider, task queue,
+# store and worker processes, as it had when the runs were one after the other.
+RUN_BOUND_S = 240.0  # a bound on a run, never a timing claim: below pytest's timeout
+
+
+@dataclass
+class Run:
+    report: PlanReport
+    failure: ApplicationError | None
+    provider: FakeProvider
+
+
+def start_ready(workers: list[WorkerProcess]) -> list[WorkerProcess]:
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.wait_ready()
+    return workers
+
+
+def stop_all(workers: list[WorkerProcess]) -> None:
+    for worker in workers:
+        worker.stop()
+
+
+async def two_workers_run(
+    client: Client, tmp: Path, local: bool, shared_rpm: int | None, processes: asyncio.Lock
+) -> Run:
+    """The plan, run by two worker processes against a provider of its own. The workers
+    start, wait ready and stop in a thread (they block), one run's at a time (``processes``:
+    this process's worker processes are managed by one thread at a time)."""
+    async with FakeProvider(requests_per_s=PROVIDER_RPS) as provider:
+        queue = f"patience-{uuid.uuid4().hex[:8]}"
+        new_workspace(tmp, "# demo\n")
+        env = worker_env(client, tmp, provider, queue)
+        env["DPLAN_LLM_MAX_ATTEMPTS"] = "2"
+        env["DPLAN_LLM_LOCAL"] = "1" if local else "0"
+        if shared_rpm is not None:
+            env["DPLAN_RATE_LIMITS"] = f"openai/fake-model=rpm:{shared_rpm}"
+        workers = [WorkerProcess(env, tmp / f"worker{i}.log") for i in range(2)]
+        try:
+            async with processes:
+                await asyncio.to_thread(start_ready, workers)
+            report, failure = await run_plan(client, rate_limited_plan(), queue)
+        finally:
+            async with processes:
+                await asyncio.to_thread(stop_all, workers)
+    return Run(report, failure, provider)
+
+
+@pytest.fixture(scope="module")
+async def runs(
+    request: pytest.FixtureRequest,
+    temporal_env: WorkflowEnvironment,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[dict[tuple[bool, int | None], asyncio.Task[Run]]]:
+    """The selected runs of ``test_two_workers_wait_out_a_rate_limited_provider``, running
+    in the background, by (local, shared_rpm); the regular activities' run, the longer,
+    first (only the module's wall time depends on the order)."""
+    test = "test_two_workers_wait_out_"
+    selected = list(
+        zip(
+            selected_params(request, __file__, test, "local"),
+            selected_params(request, __file__, test, "shared_rpm"),
+            strict=True,
+        )
+    )
+    processes = asyncio.Lock()
+    tasks: dict[tuple[bool, int | None], asyncio.Task[Run]] = {}
+    for local, shared_rpm in sorted(selected, key=lambda p: p[0]):
+        tmp = tmp_path_factory.mktemp(f"patience-{local}-{shared_rpm}")
+        run = two_workers_run(temporal_env.client, tmp, local, shared_rpm, processes)
+        tasks[local, shared_rpm] = asyncio.create_task(run, name=f"patience-{local}")
+    try:
+        yield tasks
+    finally:
+        for task in tasks.values():
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+
 @pytest.mark.parametrize(
     ("local", "shared_rpm"),
     [pytest.param(True, None, id="local-unpaced"), pytest.param(False, 240, id="regular-paced")],
 )
 async def test_two_workers_wait_out_a_rate_limited_provider(
-    client: Client, tmp_path: Path, local: bool, shared_rpm: int | None
+    runs: dict[tuple[bool, int | None], asyncio.Task[Run]], local: bool, shared_rpm: int | None
 ) -> None:
-    async with FakeProvider(requests_per_s=PROVIDER_RPS) as provider:
-        queue = f"patience-{uuid.uuid4().hex[:8]}"
-        new_workspace(tmp_path, "# demo\n")
-        env = worker_env(client, tmp_path, provider, queue)
-        env["DPLAN_LLM_MAX_ATTEMPTS"] = "2"
-        env["DPLAN_LLM_LOCAL"] = "1" if local else "0"
-        if shared_rpm is not None:
-            env["DPLAN_RATE_LIMITS"] = f"openai/fake-model=rpm:{shared_rpm}"
-        workers = [WorkerProcess(env, tmp_path / f"worker{i}.log").start() for i in range(2)]
-        try:
-            for worker in workers:
-                worker.wait_ready()
-            report, failure = await run_plan(client, rate_limited_plan(), queue)
-        finally:
-            for worker in workers:
-                worker.stop()
+    run = await bounded(asyncio.shield(runs[local, shared_rpm]), RUN_BOUND_S, "the plan run")
+    report, failure, provider = run.report, run.failure, run.provider
     rows = by_id(report)
     refusals = [r for r in provider.requests if r.status == 429]
     print(
