@@ -195,14 +195,22 @@ async def running_worker(
             )
 
 
-@pytest.fixture
-async def harness(client: Client, provider: FakeProvider, tmp_path: Path) -> AsyncIterator[Harness]:
-    settings = provider_settings(client, provider, tmp_path)
+@asynccontextmanager
+async def harness_on(client: Client, provider: FakeProvider, tmp: Path) -> AsyncIterator[Harness]:
+    """The ``harness`` fixture's worker, for a block: a module fixture that runs a long
+    scenario in the background, beside the module's tests, builds its own with this."""
+    settings = provider_settings(client, provider, tmp)
     (settings.workspace / "README.md").write_text("# demo workspace\n")
     async with running_worker(client, settings) as (worker, store):
         yield Harness(
             client=client, settings=settings, store=store, provider=provider, worker=worker
         )
+
+
+@pytest.fixture
+async def harness(client: Client, provider: FakeProvider, tmp_path: Path) -> AsyncIterator[Harness]:
+    async with harness_on(client, provider, tmp_path) as h:
+        yield h
 
 
 @pytest.fixture

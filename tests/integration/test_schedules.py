@@ -10,15 +10,17 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.client import Client, Refused
 from durable_plans.domain.models import PlanStatus
-from tests.integration.conftest import Harness
+from durable_plans.testing import FakeProvider
+from tests.integration.conftest import Harness, harness_on
 
 pytestmark = pytest.mark.integration
 
@@ -111,11 +113,12 @@ async def test_a_schedule_starts_plans_pauses_and_is_triggered(
         await client.pause_schedule(sid)
 
 
-async def test_overlap_skip_skips_a_run_while_one_runs(harness: Harness, tmp_path: Path) -> None:
-    client = Client(harness.client, harness.settings)
+async def overlap_skips(client: Client, tmp: Path) -> tuple[int, int]:
+    """(runs started, runs skipped) of a 1 s schedule of 4 s plans with ``--overlap skip``,
+    once it has skipped one."""
     sid = f"slow-{uuid.uuid4().hex[:6]}"
     await client.create_schedule(
-        sid, plan_file(tmp_path, "Take a while [slow:4000]"), every=timedelta(seconds=1)
+        sid, plan_file(tmp, "Take a while [slow:4000]"), every=timedelta(seconds=1)
     )
     try:
 
@@ -126,6 +129,34 @@ async def test_overlap_skip_skips_a_run_while_one_runs(harness: Harness, tmp_pat
         started, skips, _ = await actions(client, sid)
     finally:
         await client.delete_schedule(sid)
+    return started, skips
+
+
+@pytest.fixture(scope="module", autouse=True)
+async def overlap_run(
+    temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[asyncio.Task[tuple[int, int]]]:
+    """The overlap scenario, which mostly waits on the schedule's seconds, in the
+    background from the module's start, on a worker and provider of its own; its test
+    awaits and checks it."""
+    tmp = tmp_path_factory.mktemp("overlap")
+    async with (
+        FakeProvider(latency_ms=0) as provider,
+        harness_on(temporal_env.client, provider, tmp) as h,
+    ):
+        client = Client(h.client, h.settings)
+        task = asyncio.create_task(overlap_skips(client, tmp), name="overlap-skip")
+        try:
+            yield task
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_overlap_skip_skips_a_run_while_one_runs(
+    overlap_run: asyncio.Task[tuple[int, int]],
+) -> None:
+    started, skips = await asyncio.wait_for(asyncio.shield(overlap_run), timeout=2 * WAIT_S)
     assert started >= 1 and skips >= 1
 
 
