@@ -45,7 +45,7 @@ from tests.integration.conftest import Harness, provider_settings, running_worke
 from tests.integration.plans import by_id, make_plan, start_plan_workflow
 from tests.integration.replay import assert_replays
 from tests.integration.stored import opened_store, subtask_messages, tool_answers
-from tests.integration.workers import WorkerProcess, new_workspace, worker_env
+from tests.integration.workers import WorkerProcess, forget_sticky_worker, new_workspace, worker_env
 from tests.integration.workspace_files import result_text
 
 pytestmark = pytest.mark.integration
@@ -219,11 +219,12 @@ async def test_a_waiting_call_survives_a_sigkilled_worker(
             handle = await start_plan_workflow(client, plan, tq)
             rows = await wait_pending(client, plan.id, 1)
             first.kill()
+            # The workflows' next tasks go to the task queue, not to the dead worker's
+            # sticky queue (where a query waits out the SDK's 10 s first).
+            await forget_sticky_worker(client, tq)
             second = WorkerProcess(env, tmp_path / "worker-2.log").start()
             # The new worker rebuilds the wait from the history and takes the decision. Only
-            # it can answer; the queries are asked while it starts, since the first waits
-            # out the dead worker's sticky queue (the SDK's 10 s sticky schedule-to-start
-            # timeout), which the start then fits in.
+            # it can answer; the queries are asked while it starts.
             after_kill = asyncio.ensure_future(wait_pending(client, plan.id, 1))
             try:
                 await asyncio.to_thread(second.wait_ready)

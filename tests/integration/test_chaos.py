@@ -20,7 +20,6 @@ and asserts on it. Every round prints one ``[chaos]`` line straight to the termi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 import uuid
@@ -29,10 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import Client
-from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.domain.contracts import PlanInput
@@ -54,6 +50,7 @@ from tests.integration.chaos_support import (
     selected_params,
     workflow_running,
 )
+from tests.integration.workers import forget_sticky_worker
 
 pytestmark = pytest.mark.integration
 
@@ -63,21 +60,6 @@ ROUNDS_AT_ONCE = 5
 # stays "running" before it is tried again. The tools' is 5 s (policies.SHORT_HEARTBEAT);
 # the LLM calls here get the same, in the same workers.
 LLM_HEARTBEAT_S = 5
-
-
-async def forget_sticky_worker(client: Client, task_queue: str) -> None:
-    """Send the next task of every running workflow of the round to the task queue, not to
-    the killed worker's sticky queue, where it would wait out the SDK's 10 s
-    schedule-to-start timeout first: what a worker asks of the server for a workflow it
-    drops from its cache, asked here for the dead worker. Either way the next worker
-    replays the whole history. A workflow the listing misses (visibility lags a little)
-    just takes the timeout."""
-    query = f'TaskQueue = "{task_queue}" AND ExecutionStatus = "Running"'
-    async for wf in client.list_workflows(query):
-        execution = WorkflowExecution(workflow_id=wf.id, run_id=wf.run_id)
-        request = ResetStickyTaskQueueRequest(namespace=client.namespace, execution=execution)
-        with contextlib.suppress(RPCError):  # it may have finished since it was listed
-            await client.workflow_service.reset_sticky_task_queue(request)
 
 
 async def chaos_round(seed: int, client: Client, address: str, tmp: Path, log: RoundLog) -> None:

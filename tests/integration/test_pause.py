@@ -34,7 +34,7 @@ from tests.integration.chaos_support import DevServer
 from tests.integration.conftest import provider_settings, running_worker
 from tests.integration.plans import by_id, make_plan
 from tests.integration.step_in_support import NEEDS_KEY, KeyGate, Rig, gated_rig
-from tests.integration.workers import WorkerProcess, worker_env
+from tests.integration.workers import WorkerProcess, forget_sticky_worker, worker_env
 
 pytestmark = pytest.mark.integration
 
@@ -149,11 +149,12 @@ async def test_pause_survives_sigkill_and_continue_as_new_then_resume_completes(
 
         first.kill()
         gate.fix()
+        # The workflows' next tasks go to the task queue, not to the dead worker's sticky
+        # queue (where a query waits out the SDK's 10 s first).
+        await forget_sticky_worker(client, settings.task_queue)
         second = WorkerProcess(env, tmp_path / "worker-2.log").start()
         # Still paused after the kill (the state is the workflow's, not the worker's). Only
-        # the second worker can answer; the query is asked while it starts, since it first
-        # waits out the dead worker's sticky queue (the SDK's 10 s sticky schedule-to-start
-        # timeout), which the start then fits in.
+        # the second worker can answer; the query is asked while it starts.
         after_kill = asyncio.ensure_future(until(handle, paused_on("c")))
         try:
             await asyncio.to_thread(second.wait_ready)

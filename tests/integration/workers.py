@@ -5,6 +5,7 @@ and the workspace it names, ``new_workspace``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,7 +13,10 @@ import time
 from pathlib import Path
 from typing import IO, Protocol
 
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from tests.integration.conftest import FAKE_KEY
 from tests.integration.prewarmed import PrewarmedProcess
@@ -103,3 +107,18 @@ class WorkerProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+async def forget_sticky_worker(client: Client, task_queue: str) -> None:
+    """Send the next task of every running workflow of ``task_queue`` to the task queue, not to
+    the killed worker's sticky queue, where it would wait out the SDK's 10 s
+    schedule-to-start timeout first: what a worker asks of the server for a workflow it
+    drops from its cache, asked here for the dead worker. Either way the next worker
+    replays the whole history. A workflow the listing misses (visibility lags a little)
+    just takes the timeout."""
+    query = f'TaskQueue = "{task_queue}" AND ExecutionStatus = "Running"'
+    async for wf in client.list_workflows(query):
+        execution = WorkflowExecution(workflow_id=wf.id, run_id=wf.run_id)
+        request = ResetStickyTaskQueueRequest(namespace=client.namespace, execution=execution)
+        with contextlib.suppress(RPCError):  # it may have finished since it was listed
+            await client.workflow_service.reset_sticky_task_queue(request)
