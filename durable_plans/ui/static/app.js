@@ -546,7 +546,8 @@
   }
 
   async function route() {
-    const [path, query] = location.hash.replace(/^#\/?/, "").split("?");
+    const hash = location.hash;
+    const [path, query] = hash.replace(/^#\/?/, "").split("?");
     const parts = path.split("/").map(decodeURIComponent);
     const run = new URLSearchParams(query || "").get("run");
     clearInterval(listTimer);
@@ -561,7 +562,9 @@
       setView("graph");
       try {
         await mine.load();
-        if (mine.gone) return; // another plan was opened meanwhile
+        // Another plan was opened meanwhile; or its address is set and its hashchange not
+        // handled yet: selecting here would write this plan's address over it.
+        if (mine.gone || location.hash !== hash) return;
         if (parts[2]) mine.select(parts[2]);
       } catch (err) {
         if (!mine.gone) flash(err.message, true);
