@@ -3,6 +3,13 @@ worker process and the fake provider, each in its own process.
 
 The conversation must survive the CLI process: the second `dplan chat --session S` is a
 new process that finds the agent switch the first one made.
+
+Each test mostly waits (on a CLI process starting, on Temporal's round trips, on the
+worker's turn), so its actions and assertions are a scenario that the module fixture
+``scenarios`` runs in the background, ``SCENARIOS_AT_ONCE`` at a time, on the module's one
+worker and provider; each test awaits its own scenario, whose failure is the test's. The
+two that hold ``[stream-hold]`` answers take turns (the provider's hold is one switch for
+all of its streams); no other prompt here holds.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ import sys
 import termios
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -46,6 +54,9 @@ from tests.integration.workspace_steps import write
 pytestmark = pytest.mark.integration
 
 CLI_TIMEOUT_S = 120.0
+# Scenarios running at once. Each CLI process spends about 0.6 s of CPU importing before
+# it waits on anything; more at once on two cores only queue for the CPU.
+SCENARIOS_AT_ONCE = 3
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
@@ -57,7 +68,8 @@ class Stack:
     log_start: int = 0  # the provider's log entries before this test
 
     def log_entries(self) -> list[dict[str, Any]]:
-        """The provider's log entries of the requests answered since this test began."""
+        """The provider's log entries of the requests answered since this test began (the
+        other tests' scenarios run meanwhile: theirs are among them)."""
         return self.provider.log_entries()[self.log_start :]
 
 
@@ -89,18 +101,91 @@ async def shared_stack(
         provider.stop()
 
 
-@pytest.fixture
-async def stack(shared_stack: Stack) -> AsyncIterator[Stack]:
-    """The module's stack as a fresh one is to a test: ``[stream-hold]`` answers held until
-    the test releases them, and the provider's log read from this test's first request."""
-    provider = shared_stack.provider
+@asynccontextmanager
+async def streams_held(provider: FakeProviderProcess) -> AsyncIterator[None]:
+    """The shared provider as a fresh one is to a test: ``[stream-hold]`` answers held
+    until the test releases them."""
     await asyncio.to_thread(provider.hold_streams)
-    log_start = len(provider.log_entries())
     try:
-        yield replace(shared_stack, log_start=log_start)
+        yield
     finally:
         # A test that failed while a stream was held must not leave it to a later one.
         await asyncio.to_thread(provider.release_streams)
+
+
+@pytest.fixture
+async def stack(shared_stack: Stack) -> AsyncIterator[Stack]:
+    """The module's stack as a fresh one is to a test: ``[stream-hold]`` answers held until
+    the test releases them, and the provider's log read from this test's first request.
+    For a test of its own on this stack (test_streamed_json.py imports both fixtures);
+    this module's tests run as ``scenarios``."""
+    async with streams_held(shared_stack.provider):
+        yield replace(shared_stack, log_start=len(shared_stack.provider.log_entries()))
+
+
+Scenario = Callable[[Stack, Client, Path], Awaitable[None]]
+SCENARIOS: dict[str, tuple[Scenario, bool]] = {}  # test name → its scenario, holds streams
+
+
+def scenario_of(test_name: str, *, holds: bool = False) -> Callable[[Scenario], Scenario]:
+    """Registers the decorated function as the scenario of ``test_name``: its actions and
+    its assertions. ``holds``: it sends ``[stream-hold]`` prompts."""
+
+    def register(body: Scenario) -> Scenario:
+        SCENARIOS[test_name] = (body, holds)
+        return body
+
+    return register
+
+
+@dataclass
+class Scenarios:
+    tasks: dict[str, asyncio.Task[None]]
+
+    async def outcome(self, test_name: str) -> None:
+        """The test's scenario, awaited to its end: its failure is the test's."""
+        await asyncio.shield(self.tasks[test_name])
+
+
+@pytest.fixture(scope="module")
+async def scenarios(
+    request: pytest.FixtureRequest,
+    shared_stack: Stack,
+    temporal_env: WorkflowEnvironment,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[Scenarios]:
+    """The scenarios of the tests this session runs (after ``-k`` and node ids), started
+    in the background on the module's stack, ``SCENARIOS_AT_ONCE`` at a time in the
+    tests' order; the two that hold streams one after the other, each holding from its
+    start to its end. Each gets the provider's log from its own start and a directory of
+    its own. Cancelled at the module's end if a test left one unawaited."""
+    selected = [
+        item.name
+        for item in request.session.items
+        if item.path == Path(__file__) and item.name in SCENARIOS
+    ]
+    holding = asyncio.Lock()  # the provider's hold: one holder at a time
+    gate = asyncio.Semaphore(SCENARIOS_AT_ONCE)
+
+    async def run(name: str) -> None:
+        body, holds = SCENARIOS[name]
+        tmp = tmp_path_factory.mktemp(name.removeprefix("test_")[:30])
+        async with contextlib.AsyncExitStack() as turn:
+            if holds:
+                await turn.enter_async_context(holding)
+            await turn.enter_async_context(gate)
+            if holds:
+                await turn.enter_async_context(streams_held(shared_stack.provider))
+            stack = replace(shared_stack, log_start=len(shared_stack.provider.log_entries()))
+            await body(stack, temporal_env.client, tmp)
+
+    tasks = {name: asyncio.create_task(run(name), name=name) for name in selected}
+    try:
+        yield Scenarios(tasks)
+    finally:
+        for task in tasks.values():
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
 
 
 def _cli_env(stack: Stack, **extra: str) -> dict[str, str]:
@@ -129,6 +214,9 @@ async def run_cli(
         proc.kill()
         out, err = await proc.communicate()
         pytest.fail(f"dplan {args} timed out\nstdout:\n{out.decode()}\nstderr:\n{err.decode()}")
+    finally:
+        if proc.returncode is None:  # a scenario cancelled at the module's end
+            proc.kill()
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 
@@ -141,7 +229,10 @@ def _between(text: str, start: str, end: str) -> str:
     return after.split(end, 1)[0]
 
 
-async def test_chat_over_a_pipe_then_resumed_by_a_new_process(stack: Stack, client: Client) -> None:
+@scenario_of("test_chat_over_a_pipe_then_resumed_by_a_new_process")
+async def _chat_over_a_pipe_then_resumed_by_a_new_process(
+    stack: Stack, client: Client, tmp_path: Path
+) -> None:
     session = f"chat-{uuid.uuid4().hex[:8]}"
     script = "\n".join(
         [
@@ -215,7 +306,12 @@ async def test_chat_over_a_pipe_then_resumed_by_a_new_process(stack: Stack, clie
     assert (state.agent, state.messages_handled, len(state.events)) == ("coder", 1, 1)
 
 
-async def test_chat_asks_inline_for_tool_calls_that_need_approval(
+async def test_chat_over_a_pipe_then_resumed_by_a_new_process(scenarios: Scenarios) -> None:
+    await scenarios.outcome("test_chat_over_a_pipe_then_resumed_by_a_new_process")
+
+
+@scenario_of("test_chat_asks_inline_for_tool_calls_that_need_approval")
+async def _chat_asks_inline_for_tool_calls_that_need_approval(
     stack: Stack, client: Client, tmp_path: Path
 ) -> None:
     agents = tmp_path / "agents.toml"
@@ -246,6 +342,10 @@ async def test_chat_asks_inline_for_tool_calls_that_need_approval(
         "state", result_type=SessionState
     )
     assert [(d.call_id, d.approved) for d in state.approvals] == [("0.0.0", True), ("1.0.0", False)]
+
+
+async def test_chat_asks_inline_for_tool_calls_that_need_approval(scenarios: Scenarios) -> None:
+    await scenarios.outcome("test_chat_asks_inline_for_tool_calls_that_need_approval")
 
 
 async def _spawn_cli(stack: Stack, *args: str) -> asyncio.subprocess.Process:
@@ -284,8 +384,9 @@ async def _read_until(stream: asyncio.StreamReader, *needles: str) -> str:
     return seen.decode()
 
 
-async def test_chat_streams_the_answer_while_the_provider_is_still_sending_it(
-    stack: Stack, client: Client
+@scenario_of("test_chat_streams_the_answer_while_the_provider_is_still_sending_it", holds=True)
+async def _chat_streams_the_answer_while_the_provider_is_still_sending_it(
+    stack: Stack, client: Client, tmp_path: Path
 ) -> None:
     session = f"chat-stream-{uuid.uuid4().hex[:8]}"
     proc = await _spawn_cli(stack, "chat", "--session", session)
@@ -316,8 +417,15 @@ async def test_chat_streams_the_answer_while_the_provider_is_still_sending_it(
     assert "(the stored answer:)" not in out
 
 
-async def test_a_stream_cut_off_mid_answer_restarts_on_screen_and_stores_the_whole_answer(
-    stack: Stack, client: Client
+async def test_chat_streams_the_answer_while_the_provider_is_still_sending_it(
+    scenarios: Scenarios,
+) -> None:
+    await scenarios.outcome("test_chat_streams_the_answer_while_the_provider_is_still_sending_it")
+
+
+@scenario_of("test_a_stream_cut_off_mid_answer_restarts_on_screen_and_stores_the_whole_answer")
+async def _a_stream_cut_off_mid_answer_restarts_on_screen_and_stores_the_whole_answer(
+    stack: Stack, client: Client, tmp_path: Path
 ) -> None:
     session = f"chat-cut-{uuid.uuid4().hex[:8]}"
     code, out, err = await run_cli(stack, ["chat", "--session", session], "Hi [stream-cut]\n")
@@ -330,12 +438,25 @@ async def test_a_stream_cut_off_mid_answer_restarts_on_screen_and_stores_the_who
     assert "orchestrator: Done: " in first and stored not in first, out
     assert retried.startswith(f"orchestrator: {stored}\n"), out
     assert "(the stored answer:)" not in out
+    # The log since this test began holds the other scenarios' requests too: only this
+    # test's prompt says [stream-cut], what makes the provider cut a stream off.
     cut = [e for e in stack.log_entries() if e.get("reason", "") and "cut" in e["reason"]]
     assert len(cut) == 1 and not cut[0]["delivered"]
 
 
-async def test_status_follow_shows_a_running_subtasks_step_and_the_text_it_is_writing(
-    stack: Stack, tmp_path: Path
+async def test_a_stream_cut_off_mid_answer_restarts_on_screen_and_stores_the_whole_answer(
+    scenarios: Scenarios,
+) -> None:
+    await scenarios.outcome(
+        "test_a_stream_cut_off_mid_answer_restarts_on_screen_and_stores_the_whole_answer"
+    )
+
+
+@scenario_of(
+    "test_status_follow_shows_a_running_subtasks_step_and_the_text_it_is_writing", holds=True
+)
+async def _status_follow_shows_a_running_subtasks_step_and_the_text_it_is_writing(
+    stack: Stack, client: Client, tmp_path: Path
 ) -> None:
     plan_id = f"watched-{uuid.uuid4().hex[:8]}"
     plan = tmp_path / "plan.json"
@@ -368,8 +489,17 @@ async def test_status_follow_shows_a_running_subtasks_step_and_the_text_it_is_wr
     assert "Plan " in out and "COMPLETED" in out, out  # the final report follows
 
 
-async def test_undo_takes_back_the_last_turn_its_files_and_its_messages(
-    stack: Stack, client: Client
+async def test_status_follow_shows_a_running_subtasks_step_and_the_text_it_is_writing(
+    scenarios: Scenarios,
+) -> None:
+    await scenarios.outcome(
+        "test_status_follow_shows_a_running_subtasks_step_and_the_text_it_is_writing"
+    )
+
+
+@scenario_of("test_undo_takes_back_the_last_turn_its_files_and_its_messages")
+async def _undo_takes_back_the_last_turn_its_files_and_its_messages(
+    stack: Stack, client: Client, tmp_path: Path
 ) -> None:
     session = f"chat-undo-{uuid.uuid4().hex[:8]}"
     branch = f"dplan/chat/{session}"
@@ -419,7 +549,16 @@ async def test_undo_takes_back_the_last_turn_its_files_and_its_messages(
     await assert_replays(client, [session_workflow_id(session)])
 
 
-async def test_end_finishes_the_conversation_for_good(stack: Stack, client: Client) -> None:
+async def test_undo_takes_back_the_last_turn_its_files_and_its_messages(
+    scenarios: Scenarios,
+) -> None:
+    await scenarios.outcome("test_undo_takes_back_the_last_turn_its_files_and_its_messages")
+
+
+@scenario_of("test_end_finishes_the_conversation_for_good")
+async def _end_finishes_the_conversation_for_good(
+    stack: Stack, client: Client, tmp_path: Path
+) -> None:
     session = f"chat-{uuid.uuid4().hex[:8]}"
     code, out, err = await run_cli(
         stack, ["chat", "--session", session, "--agent", "ask"], "/end\n"
@@ -434,7 +573,12 @@ async def test_end_finishes_the_conversation_for_good(stack: Stack, client: Clie
     assert f"conversation '{session}' has ended (/end) and cannot be resumed" in err
 
 
-async def test_chat_on_a_pseudo_terminal(stack: Stack) -> None:
+async def test_end_finishes_the_conversation_for_good(scenarios: Scenarios) -> None:
+    await scenarios.outcome("test_end_finishes_the_conversation_for_good")
+
+
+@scenario_of("test_chat_on_a_pseudo_terminal")
+async def _chat_on_a_pseudo_terminal(stack: Stack, client: Client, tmp_path: Path) -> None:
     """A person at a terminal: a prompt, a Markdown answer, and Ctrl-C at the prompt
     leaves the chat like /quit."""
     session = f"chat-{uuid.uuid4().hex[:8]}"
@@ -467,6 +611,10 @@ async def test_chat_on_a_pseudo_terminal(stack: Stack) -> None:
     plan_id = re.findall(r"started plan (plan-[0-9a-f]+)", screen.text)
     assert len(plan_id) == 1, screen.text
     assert re.search(rf"^  {plan_id[0]}  (running|completed)", screen.text, re.MULTILINE)
+
+
+async def test_chat_on_a_pseudo_terminal(scenarios: Scenarios) -> None:
+    await scenarios.outcome("test_chat_on_a_pseudo_terminal")
 
 
 def _spawn_on_pty(args: list[str], env: dict[str, str]) -> tuple[int, subprocess.Popen[bytes]]:
@@ -525,7 +673,10 @@ class _Terminal:
                 self.raw += os.read(self.fd, 65536).decode(errors="replace")
 
 
-async def test_plan_command_follows_the_plan_it_started(stack: Stack, client: Client) -> None:
+@scenario_of("test_plan_command_follows_the_plan_it_started")
+async def _plan_command_follows_the_plan_it_started(
+    stack: Stack, client: Client, tmp_path: Path
+) -> None:
     session = f"chat-{uuid.uuid4().hex[:8]}"
     code, out, err = await run_cli(
         stack, ["plan", "Build a tiny tool [plan]", "--session", session, "--json"]
@@ -542,10 +693,21 @@ async def test_plan_command_follows_the_plan_it_started(stack: Stack, client: Cl
     assert [p.plan_id for p in state.plans] == [report.plan_id]
 
 
-async def test_plan_command_without_a_plan_exits_1(stack: Stack) -> None:
+async def test_plan_command_follows_the_plan_it_started(scenarios: Scenarios) -> None:
+    await scenarios.outcome("test_plan_command_follows_the_plan_it_started")
+
+
+@scenario_of("test_plan_command_without_a_plan_exits_1")
+async def _plan_command_without_a_plan_exits_1(
+    stack: Stack, client: Client, tmp_path: Path
+) -> None:
     # The model calls a tool that does not exist instead of create_plan, then answers.
     code, out, err = await run_cli(stack, ["plan", "Just say hello [unknown-tool]"])
     assert code == 1, f"stdout:\n{out}\nstderr:\n{err}"
     assert "error: the orchestrator started no plan for this goal" in err
     assert "orchestrator: Done: " in err and "Just say hello" in err
     assert out == ""
+
+
+async def test_plan_command_without_a_plan_exits_1(scenarios: Scenarios) -> None:
+    await scenarios.outcome("test_plan_command_without_a_plan_exits_1")
