@@ -11,11 +11,10 @@ what is tested is the orchestration, not a model.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
 import random
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -266,80 +265,34 @@ async def test_a_plan_too_big_to_carry_is_refused_by_the_workflow_in_one_line(ri
     assert failure.message.startswith(f"invalid plan {plan_id!r}: plan structure is too large")
 
 
-@dataclass
-class Finished:
-    """A ``dplan`` command's exit code and output."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-async def dplan(args: list[str], env: dict[str, str], timeout_s: float) -> Finished:
-    process = await asyncio.create_subprocess_exec(
-        str(DPLAN),
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout_s)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        await process.wait()
-        raise
-    assert process.returncode is not None
-    return Finished(process.returncode, out.decode(), err.decode())
-
-
-async def validate_then_run_embedded(path: Path, env: dict[str, str]) -> tuple[Finished, Finished]:
-    validated = await dplan(["validate", str(path)], env, timeout_s=120)
-    if validated.returncode != 0:
-        return validated, Finished(-1, "", "not run: the plan did not validate")
-    return validated, await dplan(["run", str(path), "--embedded", "--json"], env, timeout_s=280)
-
-
-@dataclass
-class EmbeddedRun:
-    path: Path
-    commands: asyncio.Task[tuple[Finished, Finished]]
-
-
-@pytest.fixture(scope="module", autouse=True)
-async def embedded_run(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[EmbeddedRun]:
-    """``dplan run --embedded`` of the long descriptions plan, in the background from the
-    module's start: the command runs its own server and worker, and waits on them while
-    the module's other tests run; its test, last in the file, awaits and checks it."""
-    tmp = tmp_path_factory.mktemp("embedded")
+def test_dplan_runs_the_long_descriptions_plan_embedded(tmp_path: Path) -> None:
+    """The plan ``dplan validate`` always accepted (150 subtasks of 19,000 characters,
+    2.8 MB) runs with ``dplan run --embedded``: the client puts it in the session store."""
     plan = long_plan(150, 19_000, prefix="embedded")
-    path = tmp / "plan.json"
+    path = tmp_path / "plan.json"
     path.write_text(plan.model_dump_json(exclude_defaults=True))
+    assert 2_700_000 < path.stat().st_size < MAX_PLAN_BYTES
     env = {
         **os.environ,
         "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}",
-        "DPLAN_STATE_DIR": str(tmp / "state"),
-        "DPLAN_WORKSPACE": str(tmp / "workspace"),
+        "DPLAN_STATE_DIR": str(tmp_path / "state"),
+        "DPLAN_WORKSPACE": str(tmp_path / "workspace"),
         "DPLAN_MODEL": SCRIPTED_MODEL,
         LATENCY_ENV: "0",
     }
     for key in ("DPLAN_SESSION_STORE", "DPLAN_TASK_QUEUE", "DPLAN_AGENTS"):
         env.pop(key, None)
-    task = asyncio.create_task(validate_then_run_embedded(path, env), name="dplan-embedded")
-    try:
-        yield EmbeddedRun(path, task)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-
-async def test_dplan_runs_the_long_descriptions_plan_embedded(embedded_run: EmbeddedRun) -> None:
-    """The plan ``dplan validate`` always accepted (150 subtasks of 19,000 characters,
-    2.8 MB) runs with ``dplan run --embedded``: the client puts it in the session store."""
-    validated, ran = await asyncio.wait_for(asyncio.shield(embedded_run.commands), timeout=420)
-    assert 2_700_000 < embedded_run.path.stat().st_size < MAX_PLAN_BYTES
+    validated = subprocess.run(
+        [DPLAN, "validate", str(path)], env=env, capture_output=True, text=True, timeout=120
+    )
     assert validated.returncode == 0, validated.stderr
+    ran = subprocess.run(
+        [DPLAN, "run", str(path), "--embedded", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert "Traceback" not in ran.stderr
     # The report is the JSON object on stdout (the SDK core may log a line before it).

@@ -8,18 +8,14 @@ compaction a conversation of ~600-character messages dies at about its tenth mes
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.domain.agents import BUILTIN_CATALOG, AgentSpec
 from durable_plans.domain.compaction import (
@@ -50,11 +46,13 @@ pytestmark = pytest.mark.integration
 WINDOW = 3_000
 
 
-@asynccontextmanager
-async def small_window(client: Client, tmp: Path) -> AsyncIterator[Harness]:
+@pytest.fixture
+async def small(client: Client, tmp_path: Path) -> AsyncIterator[Harness]:
     """A worker whose models all have a 3,000-token window (``DPLAN_CONTEXT_WINDOW``)."""
     async with FakeProvider(latency_ms=0, context_window=WINDOW, scenario=Reader()) as provider:
-        settings = provider_settings(client, provider, tmp, context_window=WINDOW, stream="off")
+        settings = provider_settings(
+            client, provider, tmp_path, context_window=WINDOW, stream="off"
+        )
         for i in range(FILES):
             text = f"file {i}\n" + "".join(
                 f"line {k} of file {i}: lorem ipsum\n" for k in range(60)
@@ -66,65 +64,15 @@ async def small_window(client: Client, tmp: Path) -> AsyncIterator[Harness]:
             )
 
 
-@asynccontextmanager
-async def window_unknown(client: Client, tmp: Path) -> AsyncIterator[Harness]:
+@pytest.fixture
+async def unknown_window(client: Client, tmp_path: Path) -> AsyncIterator[Harness]:
     """A provider with a 3,000-token window that the worker does not know of."""
     async with FakeProvider(latency_ms=0, context_window=WINDOW) as provider:
-        settings = provider_settings(client, provider, tmp)
+        settings = provider_settings(client, provider, tmp_path)
         async with running_worker(client, settings) as (worker, store):
             yield Harness(
                 client=client, settings=settings, store=store, provider=provider, worker=worker
             )
-
-
-@pytest.fixture
-async def small(client: Client, tmp_path: Path) -> AsyncIterator[Harness]:
-    async with small_window(client, tmp_path) as h:
-        yield h
-
-
-@dataclass
-class Conversation:
-    """A conversation sent message by message in the background from the module's start:
-    each turn mostly waits on Temporal's round trips, so the two long ones go on while the
-    module's other tests run, and their tests only await and check them."""
-
-    harness: Harness
-    handle: WorkflowHandle[object, SessionState]
-    talking: asyncio.Task[list[SendMessageResult]]
-
-    async def results(self) -> list[SendMessageResult]:
-        return await asyncio.wait_for(asyncio.shield(self.talking), timeout=600)
-
-
-@pytest.fixture(scope="module", autouse=True)
-async def conversations(
-    temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[dict[str, Conversation]]:
-    """``long``: 200 messages with a window the worker knows; ``refused``: 30 messages
-    with a window it does not know. Started together, each on its own worker, provider
-    and task queue; cancelled at the module's end if a test left one unawaited."""
-    client = temporal_env.client
-    started: dict[str, Conversation] = {}
-    async with contextlib.AsyncExitStack() as stack:
-        for name, harness_of, count in (
-            ("long", small_window, 200),
-            ("refused", window_unknown, 30),
-        ):
-            h = await stack.enter_async_context(harness_of(client, tmp_path_factory.mktemp(name)))
-            handle = await start_session(h, "ask")
-            talking = asyncio.create_task(talk(handle, count), name=f"conversation-{name}")
-            started[name] = Conversation(harness=h, handle=handle, talking=talking)
-        try:
-            yield started
-        finally:
-            for conversation in started.values():
-                conversation.talking.cancel()
-            await asyncio.gather(*(c.talking for c in started.values()), return_exceptions=True)
-
-
-async def talk(handle: WorkflowHandle[object, SessionState], count: int) -> list[SendMessageResult]:
-    return [await send(handle, message(i)) for i in range(count)]
 
 
 async def start_session(h: Harness, agent: str) -> WorkflowHandle[object, SessionState]:
@@ -164,6 +112,39 @@ def paid(provider: FakeProvider) -> Usage:
     )
 
 
+async def test_a_conversation_of_200_messages_answers_every_one(small: Harness) -> None:
+    handle = await start_session(small, "ask")
+    results = [await send(handle, message(i)) for i in range(200)]
+
+    assert all(r.answer.startswith(f"Done: Message {i}:") for i, r in enumerate(results))
+    assert small.provider.over_window == []  # compacted before the window, every time
+    assert small.provider.rejections == []
+    state = await handle.query("state", result_type=SessionState)
+    stored = await small.store.read(state.session_id)
+    # Every original message is still in the store, in order, beside the records.
+    originals = [m for m in stored if m.compaction is None]
+    assert [m.content for m in originals if m.role == "user"] == [message(i) for i in range(200)]
+    assert [m.content for m in originals if m.is_plain_assistant] == [r.answer for r in results]
+    folded = records(stored)
+    reported = [c for r in results for c in r.compactions]
+    assert len(folded) == len(reported) >= 10
+    assert {c.record_id for c in reported} == {m.id for m in folded}
+    assert all(c.tokens_after < c.tokens_before <= WINDOW for c in reported)
+    # The summaries were paid for, charged to the conversation and counted in its usage.
+    assert state.usage == paid(small.provider)
+    assert await small.store.total_usage(state.session_id) == paid(small.provider)
+    sent = visible_history(stored)
+    assert len(sent) < 20 and strict_violations([m.to_openai() for m in sent]) == []
+    before = sum(c.tokens_before for c in reported) / len(reported)
+    after = sum(c.tokens_after for c in reported) / len(reported)
+    print(
+        f"\n[compaction] 200 messages: {len(reported)} compactions, "
+        f"~{before:.0f} -> ~{after:.0f} tokens on average; "
+        f"{len(stored)} messages stored, {len(sent)} sent at the end"
+    )
+    assert await assert_replays(small.client, [handle.id]) >= 1
+
+
 async def test_a_subtask_of_40_large_file_reads_completes(small: Harness) -> None:
     reader = AgentSpec(
         name="reader",
@@ -201,11 +182,11 @@ async def test_a_subtask_of_40_large_file_reads_completes(small: Harness) -> Non
 
 
 async def test_a_refusal_over_the_window_compacts_and_tries_again(
-    conversations: dict[str, Conversation],
+    unknown_window: Harness,
 ) -> None:
-    conversation = conversations["refused"]
-    h, handle = conversation.harness, conversation.handle
-    results = await conversation.results()
+    h = unknown_window
+    handle = await start_session(h, "ask")
+    results = [await send(handle, message(i)) for i in range(30)]
 
     assert all(r.answer.startswith(f"Done: Message {i}:") for i, r in enumerate(results))
     refused = h.provider.over_window
@@ -324,40 +305,3 @@ async def test_a_worker_killed_mid_compaction_leaves_one_record_and_the_chat_goe
     assert len(folded) <= len(asked) <= len(folded) + 1
     assert [m.content for m in stored if m.role == "user"] == [message(i) for i in range(12)]
     assert await assert_replays(client, [handle.id]) >= 1
-
-
-# Last in the file: its conversation ran in the background while the tests above did.
-async def test_a_conversation_of_200_messages_answers_every_one(
-    conversations: dict[str, Conversation],
-) -> None:
-    conversation = conversations["long"]
-    small, handle = conversation.harness, conversation.handle
-    results = await conversation.results()
-
-    assert all(r.answer.startswith(f"Done: Message {i}:") for i, r in enumerate(results))
-    assert small.provider.over_window == []  # compacted before the window, every time
-    assert small.provider.rejections == []
-    state = await handle.query("state", result_type=SessionState)
-    stored = await small.store.read(state.session_id)
-    # Every original message is still in the store, in order, beside the records.
-    originals = [m for m in stored if m.compaction is None]
-    assert [m.content for m in originals if m.role == "user"] == [message(i) for i in range(200)]
-    assert [m.content for m in originals if m.is_plain_assistant] == [r.answer for r in results]
-    folded = records(stored)
-    reported = [c for r in results for c in r.compactions]
-    assert len(folded) == len(reported) >= 10
-    assert {c.record_id for c in reported} == {m.id for m in folded}
-    assert all(c.tokens_after < c.tokens_before <= WINDOW for c in reported)
-    # The summaries were paid for, charged to the conversation and counted in its usage.
-    assert state.usage == paid(small.provider)
-    assert await small.store.total_usage(state.session_id) == paid(small.provider)
-    sent = visible_history(stored)
-    assert len(sent) < 20 and strict_violations([m.to_openai() for m in sent]) == []
-    before = sum(c.tokens_before for c in reported) / len(reported)
-    after = sum(c.tokens_after for c in reported) / len(reported)
-    print(
-        f"\n[compaction] 200 messages: {len(reported)} compactions, "
-        f"~{before:.0f} -> ~{after:.0f} tokens on average; "
-        f"{len(stored)} messages stored, {len(sent)} sent at the end"
-    )
-    assert await assert_replays(small.client, [handle.id]) >= 1
