@@ -18,6 +18,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from temporalio.client import Client as TemporalClient
+from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.client import Client, Refused
 from durable_plans.client._operator import default_operator
@@ -224,23 +225,24 @@ async def test_a_request_sent_again_with_its_key_gets_the_first_revision(harness
     assert len(report.revisions) == 1
 
 
-async def test_a_worker_killed_once_the_revision_is_made_adds_nothing_twice(
-    client: TemporalClient, tmp_path: Path
-) -> None:
+async def killed_once_revised(client: TemporalClient, tmp_path: Path) -> None:
     """SIGKILL as soon as the plan holds the agent's revision (its tool answer written or
-    not yet): the next worker finishes the plan with the ten subtasks, once each."""
+    not yet): the next worker finishes the plan with the ten subtasks, once each. The
+    processes start and stop in a thread: this runs beside the module's other tests."""
     new_workspace(tmp_path, "# revise crash\n")
     plan = make_plan(
         [("lead", "Survey the modules [revise:10:lead]", []), ("tail", "Sum up", ["lead"])],
         agent="orchestrator",
         prefix="revise-crash",
     )
-    with FakeProviderProcess(tmp_path / "requests.jsonl", latency_ms=200) as provider:
+    provider = FakeProviderProcess(tmp_path / "requests.jsonl", latency_ms=200)
+    await asyncio.to_thread(provider.start)
+    try:
         env = worker_env(client, tmp_path, provider, f"revise-{uuid.uuid4().hex[:8]}")
-        first = WorkerProcess(env, tmp_path / "worker-1.log").start()
+        first = WorkerProcess(env, tmp_path / "worker-1.log")
         second: WorkerProcess | None = None
         try:
-            first.wait_ready()
+            await asyncio.to_thread(lambda: first.start().wait_ready())
             handle = await start_plan_workflow(client, plan, env["DPLAN_TASK_QUEUE"])
             settings = Settings(
                 temporal_address=env["TEMPORAL_ADDRESS"], task_queue=env["DPLAN_TASK_QUEUE"]
@@ -251,13 +253,15 @@ async def test_a_worker_killed_once_the_revision_is_made_adds_nothing_twice(
                 assert time.monotonic() < deadline, "the agent never revised the plan"
                 await asyncio.sleep(0.05)
             first.kill()
-            second = WorkerProcess(env, tmp_path / "worker-2.log").start()
-            second.wait_ready()
+            second = replacement = WorkerProcess(env, tmp_path / "worker-2.log")
+            await asyncio.to_thread(lambda: replacement.start().wait_ready())
             report = await asyncio.wait_for(handle.result(), timeout=180)
         finally:
-            first.stop()
+            await asyncio.to_thread(first.stop)
             if second is not None:
-                second.stop()
+                await asyncio.to_thread(second.stop)
+    finally:
+        await asyncio.to_thread(provider.stop)
 
     assert report.status is PlanStatus.COMPLETED, report.counts
     added = [f"lead-{i}" for i in range(10)]
@@ -271,6 +275,22 @@ async def test_a_worker_killed_once_the_revision_is_made_adds_nothing_twice(
         ]
     assert len(answers) == 1 and answers[0].content
     assert answers[0].content.startswith("revision 1 made")
+
+
+@pytest.fixture(scope="module", autouse=True)
+async def revised_then_killed(
+    temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[asyncio.Task[None]]:
+    """The crash round in the background from the module's start: it mostly waits (on
+    worker processes starting, on the killed worker's tasks timing out), so the module's
+    other tests run meanwhile; its test, last in the file, awaits it."""
+    round_ = killed_once_revised(temporal_env.client, tmp_path_factory.mktemp("revise-crash"))
+    task = asyncio.create_task(round_, name="revise-crash")
+    try:
+        yield task
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 REPLAN_PLAN = [
@@ -343,3 +363,10 @@ async def test_a_failure_is_replanned_around_and_the_plan_completes(
     assert "Its subtask 'bad' failed" in prompt and "Its error: BadRequest: " in prompt
     assert "- ship: pending, coder, after bad" in prompt
     assert await assert_replays(harness.client, [plan.id]) >= 1
+
+
+# Last in the file: its round ran in the background while the tests above did.
+async def test_a_worker_killed_once_the_revision_is_made_adds_nothing_twice(
+    revised_then_killed: asyncio.Task[None],
+) -> None:
+    await asyncio.wait_for(asyncio.shield(revised_then_killed), timeout=300)
