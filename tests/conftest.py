@@ -8,6 +8,7 @@ are skipped, with the reason, when that server cannot be reached.
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import shutil
 import socket
@@ -125,6 +126,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         text = str(report.longrepr)
         if _utf8_safe(text) != text:
             report.longrepr = _utf8_safe(text)
+
+
+# Young collections every 20,000 allocations instead of 700, and full ones a tenth as often.
+GC_THRESHOLDS = (20_000, 50, 100)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Cheaper garbage collection in every test process (each xdist worker too): what was
+    imported at start (litellm, temporalio, pydantic's models: millions of objects that
+    live to the end) is frozen out of every later collection, and the collector runs less
+    often. A test process runs in-process workers, fake providers and replays that
+    allocate at a great rate, and CPython's default thresholds spent a few per cent of the
+    suite's CPU on traversing the same heap again (measured: the 2,500-subtask test 5 CPU-s
+    less of 86, test_compaction with the replay tests 2.3 of 46). Nothing here waits on a
+    collection: unreachable cycles are still freed, only later."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
