@@ -36,7 +36,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -94,6 +95,24 @@ def selected_params(request: Any, test_file: str | Path, test_prefix: str, param
         and item.name.startswith(test_prefix)
         and hasattr(item, "callspec")
     ]
+
+
+K = TypeVar("K")
+
+
+@asynccontextmanager
+async def in_background(
+    tasks: Mapping[K, asyncio.Task[T]],
+) -> AsyncIterator[Mapping[K, asyncio.Task[T]]]:
+    """``tasks`` for the block (a module fixture's rounds or cases, each test awaiting its
+    own); whichever still run at its end (a test failed, or was deselected) are cancelled
+    and awaited, so none outlives the module."""
+    try:
+        yield tasks
+    finally:
+        for task in tasks.values():
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
 
 
 def since_last_user(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -45,6 +45,7 @@ from tests.integration.chaos_support import (
     bounded,
     check_cost,
     check_plan,
+    in_background,
     plan_run_id,
     random_plan,
     selected_params,
@@ -172,12 +173,8 @@ async def rounds(
                 logs[seed].ended = time.monotonic()
 
     tasks = {seed: asyncio.create_task(one(seed), name=f"chaos-{seed}") for seed in selected}
-    try:
+    async with in_background(tasks):
         yield Rounds(tasks, logs)
-    finally:
-        for task in tasks.values():
-            task.cancel()
-        await asyncio.gather(*tasks.values(), return_exceptions=True)
 
 
 # One xdist worker runs every round: the module fixture starts them all together, and

@@ -54,7 +54,7 @@ from durable_plans.session_store import SessionStore
 from durable_plans.settings import SCRIPTED_MODEL, Settings
 from durable_plans.testing import FakeProvider, RecordedRequest
 from durable_plans.workflows import policies
-from tests.integration.chaos_support import bounded, selected_params
+from tests.integration.chaos_support import bounded, in_background, selected_params
 from tests.integration.conftest import TimeSkipping, provider_settings, running_worker
 from tests.integration.plans import by_id, run_plan, workflow_status
 
@@ -602,12 +602,8 @@ async def cases(
 
     order = sorted(runs, key=lambda n: LONGEST_FIRST.index(n) if n in LONGEST_FIRST else 99)
     tasks = {n: asyncio.create_task(one(n, runs[n]), name=f"fault-{n}") for n in order}
-    try:
+    async with in_background(tasks):
         yield tasks
-    finally:
-        for task in tasks.values():
-            task.cancel()
-        await asyncio.gather(*tasks.values(), return_exceptions=True)
 
 
 async def case_done(cases: dict[str, asyncio.Task[None]], name: str) -> None:

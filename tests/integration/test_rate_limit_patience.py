@@ -31,7 +31,7 @@ from temporalio.testing import WorkflowEnvironment
 from durable_plans.domain.ids import subtask_workflow_id
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask
 from durable_plans.testing import FakeProvider, refused_count
-from tests.integration.chaos_support import bounded, selected_params
+from tests.integration.chaos_support import bounded, in_background, selected_params
 from tests.integration.conftest import TimeSkipping, provider_settings, running_worker
 from tests.integration.plans import by_id, make_plan, run_plan
 from tests.integration.workers import WorkerProcess, new_workspace, worker_env
@@ -133,12 +133,8 @@ async def runs(
         tmp = tmp_path_factory.mktemp(f"patience-{local}-{shared_rpm}")
         run = two_workers_run(temporal_env.client, tmp, local, shared_rpm, processes)
         tasks[local, shared_rpm] = asyncio.create_task(run, name=f"patience-{local}")
-    try:
+    async with in_background(tasks):
         yield tasks
-    finally:
-        for task in tasks.values():
-            task.cancel()
-        await asyncio.gather(*tasks.values(), return_exceptions=True)
 
 
 @pytest.mark.parametrize(

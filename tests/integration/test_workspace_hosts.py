@@ -30,7 +30,7 @@ from durable_plans.testing import (
     Reply,
 )
 from tests import gitrepos
-from tests.integration.chaos_support import selected_params, since_last_user
+from tests.integration.chaos_support import in_background, selected_params, since_last_user
 from tests.integration.plans import by_id, start_plan_workflow
 from tests.integration.stored import opened_store
 from tests.integration.workers import WorkerProcess, worker_env
@@ -240,12 +240,8 @@ async def crash_rounds(
         )
         for shared in selected
     }
-    try:
+    async with in_background(tasks):
         yield tasks
-    finally:
-        for task in tasks.values():
-            task.cancel()
-        await asyncio.gather(*tasks.values(), return_exceptions=True)
 
 
 @pytest.mark.parametrize("shared_remote", [False, True], ids=["one-repository", "remote"])
