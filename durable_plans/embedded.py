@@ -137,7 +137,7 @@ class EmbeddedTemporal:
         binary: Path | None = None,
         ui: bool = True,
         preferred_ui_port: int = DEFAULT_UI_PORT,
-        startup_timeout_s: float = 30.0,
+        startup_timeout_s: float = DEV_SERVER_STARTUP.total_seconds(),
     ) -> None:
         self._settings = settings
         self._binary = binary

@@ -32,7 +32,13 @@ from durable_plans.testing._fake_provider import (
 )
 from durable_plans.testing._fake_scenario import Scenario
 
-__all__ = ["FakeProviderProcess", "main"]
+__all__ = ["STARTUP_TIMEOUT_S", "FakeProviderProcess", "main"]
+
+# How long the process may take to say READY: a bound for a process that hangs, not a
+# speed goal. A process that dies is seen at once (its stdout closes). 20 s was missed by
+# a crash test's provider on a loaded 2-core host (a suite at load 9, the host itself
+# slow that day), so the bound leaves room for a start ten times slower than usual.
+STARTUP_TIMEOUT_S = 120.0
 
 
 class FakeProviderProcess:
@@ -50,7 +56,7 @@ class FakeProviderProcess:
         port: int = 0,
         scenario: str | None = None,
         log_bodies: bool = False,
-        startup_timeout_s: float = 20.0,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
         chunk_delay_ms: float = 0.0,
         context_window: int | None = None,
         requests_per_s: float | None = None,

@@ -38,7 +38,7 @@ BASE_LATENCY_MS = 150  # plus 0–100 ms per subtask ([slow:N] in its descriptio
 # A bound for hangs, not a speed goal: five rounds at once on a machine that also runs
 # other test files can take minutes (every tool call is a git commit too).
 RESULT_TIMEOUT_S = 300.0
-READY_TIMEOUT_S = 60.0
+READY_TIMEOUT_S = 120.0
 
 
 @dataclass

@@ -212,7 +212,7 @@ class ChaosWorker(WorkerProcess):
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    async def ready(self, timeout_s: float = 60.0) -> ChaosWorker:
+    async def ready(self, timeout_s: float = 120.0) -> ChaosWorker:
         """``wait_ready`` without blocking the event loop (other rounds run on it)."""
 
         def started() -> bool:
@@ -686,7 +686,7 @@ class DevServer:
         self.starts += 1
         return self
 
-    async def wait_ready(self, timeout_s: float = 60.0) -> Client:
+    async def wait_ready(self, timeout_s: float = 120.0) -> Client:
         """A connected client once the server reports itself healthy."""
         deadline = time.monotonic() + timeout_s
         last: BaseException | None = None

@@ -147,7 +147,7 @@ async def test_kill_during_tool_write_and_session_work(
         tmp_path,
         address,
         f"write-{uuid.uuid4().hex[:8]}",
-        {"scenario": "tests.integration.chaos_support:WriterScenario", "startup_timeout_s": 60},
+        {"scenario": "tests.integration.chaos_support:WriterScenario"},
     )
     workers = crew.workers
     try:

@@ -78,7 +78,7 @@ class WorkerProcess:
         )
         return self
 
-    def wait_ready(self, timeout_s: float = 60.0) -> None:
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
         """Until the worker logged that it polls (litellm and the SDK load first)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
