@@ -19,43 +19,56 @@ Agents SDK):
   ``FakeProvider`` (or the scripted model) for one test; ``stack.client`` runs plans.
 
 The fake provider needs aiohttp: ``pip install 'durable-plans[testing]'``.
+
+Names load on first use: ``python -m durable_plans.testing`` (the provider process that
+crash tests start by the dozen) then imports the provider alone, not the Temporal client,
+the worker and litellm that ``local_stack`` needs.
 """
 
 from __future__ import annotations
 
-from durable_plans.activities.scripted_model import (
-    CARELESS_TOOL_CALL_ID,
-    LATENCY_ENV,
-    SCRIPTED_MODEL,
-    PlannedCall,
-    PlannedTurn,
-    plan_turn,
-    register_scripted_provider,
-)
-from durable_plans.testing._fake_provider import (
-    FakeProvider,
-    RecordedRequest,
-    identical_counts,
-    read_request_log,
-    refused_count,
-)
-from durable_plans.testing._fake_scenario import (
-    AgentScenario,
-    ChatRequest,
-    Completion,
-    Directives,
-    DropConnection,
-    HttpError,
-    RawBody,
-    Reply,
-    Scenario,
-    ScriptedScenario,
-    ToolCallSpec,
-    conversation_key,
-    strip_directives,
-)
-from durable_plans.testing._local_stack import LocalStack, local_stack
-from durable_plans.testing._provider_process import FakeProviderProcess
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from durable_plans.activities.scripted_model import (
+        CARELESS_TOOL_CALL_ID,
+        LATENCY_ENV,
+        SCRIPTED_MODEL,
+        PlannedCall,
+        PlannedTurn,
+        plan_turn,
+        register_scripted_provider,
+    )
+    from durable_plans.testing._fake_provider import (
+        FakeProvider,
+        RecordedRequest,
+        identical_counts,
+        read_request_log,
+        refused_count,
+    )
+    from durable_plans.testing._fake_scenario import (
+        AgentScenario,
+        ChatRequest,
+        Completion,
+        Directives,
+        DropConnection,
+        HttpError,
+        RawBody,
+        Reply,
+        Scenario,
+        ScriptedScenario,
+        ToolCallSpec,
+        conversation_key,
+        strip_directives,
+    )
+    from durable_plans.testing._local_stack import (
+        LocalStack,
+        local_stack,
+    )
+    from durable_plans.testing._provider_process import (
+        FakeProviderProcess,
+    )
 
 __all__ = [
     "CARELESS_TOOL_CALL_ID",
@@ -87,3 +100,59 @@ __all__ = [
     "register_scripted_provider",
     "strip_directives",
 ]
+
+_HOMES: dict[str, str] = {
+    name: module
+    for module, names in {
+        "durable_plans.activities.scripted_model": (
+            "CARELESS_TOOL_CALL_ID",
+            "LATENCY_ENV",
+            "SCRIPTED_MODEL",
+            "PlannedCall",
+            "PlannedTurn",
+            "plan_turn",
+            "register_scripted_provider",
+        ),
+        "durable_plans.testing._fake_provider": (
+            "FakeProvider",
+            "RecordedRequest",
+            "identical_counts",
+            "read_request_log",
+            "refused_count",
+        ),
+        "durable_plans.testing._fake_scenario": (
+            "AgentScenario",
+            "ChatRequest",
+            "Completion",
+            "Directives",
+            "DropConnection",
+            "HttpError",
+            "RawBody",
+            "Reply",
+            "Scenario",
+            "ScriptedScenario",
+            "ToolCallSpec",
+            "conversation_key",
+            "strip_directives",
+        ),
+        "durable_plans.testing._local_stack": (
+            "LocalStack",
+            "local_stack",
+        ),
+        "durable_plans.testing._provider_process": ("FakeProviderProcess",),
+    }.items()
+    for name in names
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'durable_plans.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # loaded once: later lookups never come back here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -47,8 +47,11 @@ def test_without_aiohttp_the_error_names_the_extra() -> None:
         """\
         import sys
         sys.modules["aiohttp"] = None
+        import durable_plans.testing  # names load on first use: no provider yet
+
+        assert durable_plans.testing.SCRIPTED_MODEL  # the scripted model needs no aiohttp
         try:
-            import durable_plans.testing
+            from durable_plans.testing import FakeProvider
         except ImportError as e:
             print(e)
         else:
