@@ -47,7 +47,8 @@ from durable_plans.session_store.factory import open_session_store
 from durable_plans.settings import Settings
 from durable_plans.testing import FakeProvider
 from durable_plans.worker import build_worker
-from tests.integration.conftest import provider_settings, temporal_binary
+from durable_plans.worker_versioning import default_build_id
+from tests.integration.conftest import Harness, provider_settings, temporal_binary
 from tests.integration.plans import make_plan, start_plan_workflow
 
 pytestmark = pytest.mark.integration
@@ -309,3 +310,23 @@ async def test_plans_stay_on_their_build_and_conversations_move_at_continue_as_n
         ]
     finally:
         await store.close()
+
+
+async def test_an_unversioned_worker_reports_the_package_build_to_the_server(
+    harness: Harness,
+) -> None:
+    """Without ``DPLAN_DEPLOYMENT`` the worker is unversioned; the build id its pollers
+    report is still the package's (version and workflow code), not the SDK's hash of every
+    loaded module."""
+    request = DescribeTaskQueueRequest(
+        namespace=harness.client.namespace,
+        task_queue=TaskQueue(name=harness.task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+    )
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        pollers = (await harness.client.workflow_service.describe_task_queue(request)).pollers
+        if pollers or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(POLL_S)
+    assert [p.worker_version_capabilities.build_id for p in pollers] == [default_build_id()]
