@@ -67,7 +67,7 @@ class Cdp:
             raise RuntimeError(f"page script failed: {json.dumps(result['exceptionDetails'])}")
         return result.get("result", {}).get("value")
 
-    async def wait_for(self, expression: str, *, timeout_s: float = 30.0) -> Any:
+    async def wait_for(self, expression: str, *, timeout_s: float = 60.0) -> Any:
         """Poll until ``expression`` is truthy in the page; its value, or TimeoutError."""
         deadline = time.monotonic() + timeout_s
         value: Any = None
