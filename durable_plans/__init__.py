@@ -14,9 +14,9 @@ workflow run, and it must not drag the client, the worker and litellm in with it
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from durable_plans import _lazy
 from durable_plans._version import __version__ as __version__
 
 if TYPE_CHECKING:
@@ -102,9 +102,8 @@ __all__ = [
 
 # Where each public name lives, for ``__getattr__``; a unit test keeps it equal to
 # ``__all__`` and to the imports above.
-_HOMES: dict[str, str] = {
-    name: module
-    for module, names in {
+_HOMES: dict[str, str] = _lazy.homes(
+    {
         "durable_plans.client": (
             "ApprovalWaiting",
             "Client",
@@ -144,19 +143,9 @@ _HOMES: dict[str, str] = {
         "durable_plans._errors": ("SettingsError",),
         "durable_plans.settings": ("Settings",),
         "durable_plans.worker": ("build_worker", "run_worker"),
-    }.items()
-    for name in names
-}
+    }
+)
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'durable_plans' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # loaded once: later lookups never come back here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__ = _lazy.loader(__name__, globals(), _HOMES)
+__dir__ = _lazy.lister(globals(), __all__)

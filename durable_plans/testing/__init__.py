@@ -27,8 +27,9 @@ the worker and litellm that ``local_stack`` needs.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from durable_plans import _lazy
 
 if TYPE_CHECKING:
     from durable_plans.activities.scripted_model import (
@@ -101,9 +102,8 @@ __all__ = [
     "strip_directives",
 ]
 
-_HOMES: dict[str, str] = {
-    name: module
-    for module, names in {
+_HOMES: dict[str, str] = _lazy.homes(
+    {
         "durable_plans.activities.scripted_model": (
             "CARELESS_TOOL_CALL_ID",
             "LATENCY_ENV",
@@ -140,19 +140,9 @@ _HOMES: dict[str, str] = {
             "local_stack",
         ),
         "durable_plans.testing._provider_process": ("FakeProviderProcess",),
-    }.items()
-    for name in names
-}
+    }
+)
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'durable_plans.testing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # loaded once: later lookups never come back here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__ = _lazy.loader(__name__, globals(), _HOMES)
+__dir__ = _lazy.lister(globals(), __all__)

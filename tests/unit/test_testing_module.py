@@ -21,6 +21,23 @@ def test_every_public_name_resolves_and_private_modules_stay_private() -> None:
         assert getattr(testing, name) is not None, name
     assert not any(name.startswith("_") for name in testing.__all__)
     assert sorted(testing.__all__) == sorted(set(testing.__all__))
+    assert set(testing._HOMES) == set(testing.__all__)
+
+
+def test_the_provider_process_loads_neither_the_temporal_client_nor_litellm() -> None:
+    """``python -m durable_plans.testing`` is started by the dozen in crash tests: what it
+    imports is what the provider needs, not what ``local_stack`` needs."""
+    probe = (
+        "import sys, durable_plans.testing._provider_process\n"
+        "heavy = [m for m in ('temporalio.client', 'temporalio.worker', 'litellm',"
+        " 'durable_plans.testing._local_stack') if m in sys.modules]\n"
+        "print(','.join(heavy))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""
 
 
 def test_the_scripted_model_is_re_exported_not_copied() -> None:
