@@ -38,6 +38,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "durable_plans"
 LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "durable_plans._errors",
+        "durable_plans._lazy",
         "durable_plans._version",
         "durable_plans.domain",
         "durable_plans.connection",
