@@ -460,11 +460,15 @@ async def test_the_log_lists_every_decision_taken_from_the_page(
             )
             await click(cdp, '#plan-controls button[data-action="cancel"]')
             await flashed(cdp, "asked to stop")
-            held.release()  # the held call answers; the plan is already asked to stop
+            # The plan has stopped (its retry button shows) with the held call still held:
+            # `slow` was cancelled, not answered. Released earlier, the call could answer
+            # before the cancel reached `slow` on a loaded host (a plan task took over 5 s
+            # in a failed run): `slow` completed and the retry rightly left it out.
             await cdp.wait_for(
                 "document.querySelector('#plan-controls button[data-action=\"retry\"]') !== null",
                 timeout_s=WAIT_S,
             )
+            held.release()
             await click(cdp, '#plan-controls button[data-action="retry"]')
             await flashed(cdp, "retrying: bad, dep, slow")
             want = ["paused", "resumed", "paused", "skipped", "budget", "cancelled", "retried"]
