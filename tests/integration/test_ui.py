@@ -1045,12 +1045,14 @@ async def test_forged_and_tokenless_requests_are_refused(harness: Harness, tmp_p
             "document.getElementById('flash').textContent.includes('asked to stop')",
             timeout_s=WAIT_S,
         )
-        held.release()  # the held model call answers; the plan is already asked to stop
-        report = await client_report(harness, plan.id)
+        # Stopped with the call still held (as in the log test): released earlier, it could
+        # answer before the cancel reached `w` on a loaded host, and the plan complete.
         await cdp.wait_for(
             "document.getElementById('plan-status').dataset.status === 'cancelled'",
             timeout_s=WAIT_S,
         )
+        held.release()
+        report = await client_report(harness, plan.id)
     assert report.status is PlanStatus.CANCELLED
 
 
