@@ -30,8 +30,8 @@ from temporalio import workflow
 from temporalio.client import WorkflowHistory
 
 from durable_plans.cli.replay_command import (
-    make_replayer,
-    replay_history,
+    RunHistory,
+    replay_runs,
     workflow_id_from_file_name,
 )
 from durable_plans.plugin import PASSTHROUGH_MODULES
@@ -163,9 +163,20 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 async def _replay_failure(path: Path, history: dict[str, Any]) -> str | None:
-    parsed = WorkflowHistory.from_json(workflow_id_from_file_name(path), json.dumps(history))
-    result = await replay_history(make_replayer(), parsed)
-    return None if result.replay_failure is None else str(result.replay_failure)
+    return (await _replay_failures(path, [history]))[0]
+
+
+async def _replay_failures(path: Path, histories: list[dict[str, Any]]) -> list[str | None]:
+    """Each of ``histories`` (versions of ``path``) replayed, in order, on one replay
+    worker, as ``dplan replay`` replays a tree: a worker per history cost twice the CPU."""
+    workflow_id = workflow_id_from_file_name(path)
+    runs = [
+        RunHistory(workflow_id, i, WorkflowHistory.from_json(workflow_id, json.dumps(h)))
+        for i, h in enumerate(histories)
+    ]
+    outcomes = await replay_runs(runs)
+    assert [o.run for o in outcomes] == runs
+    return [None if o.failure is None else str(o.failure) for o in outcomes]
 
 
 def test_the_current_shape_has_such_points_in_every_workflow_type() -> None:
@@ -182,9 +193,12 @@ def test_the_current_shape_has_such_points_in_every_workflow_type() -> None:
 @pytest.mark.parametrize("path", CURRENT, ids=lambda p: str(p.relative_to(HISTORIES)))
 async def test_every_forced_task_after_a_local_activity_replays(path: Path) -> None:
     history = _load(path)
-    assert await _replay_failure(path, history) is None  # the rewrite's baseline
-    for index in split_points(history["events"]):
-        failure = await _replay_failure(path, forced_task_after(history, index))
+    points = list(split_points(history["events"]))
+    failures = await _replay_failures(
+        path, [history, *(forced_task_after(history, i) for i in points)]
+    )
+    assert failures[0] is None, failures[0]  # the rewrite's baseline
+    for index, failure in zip(points, failures[1:], strict=True):
         assert failure is None, f"{path.name}, task ended after event {index + 1}: {failure}"
 
 
