@@ -352,17 +352,24 @@
       }
     }
 
+    /* The report read again after an event. An event that comes while a read is under way
+     * asks for one more read after it, not for nothing: that read may have left before the
+     * change the event tells of, and a paused plan sends no further event to fix it (its
+     * log, counts and totals would stay stale for as long as it waits). */
     async refreshReport() {
-      if (this.reportBusy) return;
+      if (this.reportBusy) { this.reportAgain = true; return; }
       this.reportBusy = true;
       try {
-        const data = await DplanApi.get(this.api());
-        if (this.gone) return;
-        // The final report came with the stream's end: an answer read before it is older.
-        if (data.report && !this.closed) this.setReport(data.report);
-        this.graph.setRuns(data.timeline.available ? data.timeline.runs : []);
-        this.redraw();
-        this.paintHead();
+        do {
+          this.reportAgain = false;
+          const data = await DplanApi.get(this.api());
+          if (this.gone) return;
+          // The final report came with the stream's end: an answer read before it is older.
+          if (data.report && !this.closed) this.setReport(data.report);
+          this.graph.setRuns(data.timeline.available ? data.timeline.runs : []);
+          this.redraw();
+          this.paintHead();
+        } while (this.reportAgain);
       } catch (_) { /* the next event tries again */ } finally { this.reportBusy = false; }
     }
 
