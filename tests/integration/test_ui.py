@@ -481,7 +481,11 @@ async def test_the_log_lists_every_decision_taken_from_the_page(
                 "[...document.querySelectorAll('#log-table tbody tr')].map((tr) => "
                 "[tr.dataset.kind, ...[...tr.cells].slice(2).map((c) => c.textContent)])"
             )
-            await cdp.wait_for(f"{rows_js}.length === {len(report.log)}", timeout_s=WAIT_S)
+            try:
+                await cdp.wait_for(f"{rows_js}.length === {len(report.log)}", timeout_s=WAIT_S)
+            except TimeoutError as timed_out:  # what the page shows, against the plan's log
+                kinds = [e.kind for e in report.log]
+                raise AssertionError(f"{kinds}: {await cdp.evaluate(rows_js)}") from timed_out
             shown = await cdp.evaluate(rows_js)
             await cdp.screenshot(tmp_path / "ui-log.png", scale=0.6)  # docs/plan-log.png
     finally:
