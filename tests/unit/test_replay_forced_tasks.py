@@ -174,8 +174,8 @@ async def _replay_failures(path: Path, histories: list[dict[str, Any]]) -> list[
         RunHistory(workflow_id, i, WorkflowHistory.from_json(workflow_id, json.dumps(h)))
         for i, h in enumerate(histories)
     ]
-    outcomes = await replay_runs(runs)
-    assert [o.run for o in outcomes] == runs
+    outcomes = await replay_runs(runs)  # one per run, in order
+    assert len(outcomes) == len(runs)
     return [None if o.failure is None else str(o.failure) for o in outcomes]
 
 
