@@ -35,6 +35,7 @@ from temporalio.worker import Worker
 from durable_plans._errors import EmbeddedServerError, WorkerDied
 from durable_plans.activities.log import get_logger
 from durable_plans.connection import TemporalAccess
+from durable_plans.dev_server import dynamic_config_args
 from durable_plans.domain.search_attributes import dev_server_args
 from durable_plans.session_store import SessionStore
 from durable_plans.settings import Settings
@@ -258,6 +259,8 @@ class EmbeddedTemporal:
             # Registered at every start (a no-op when the state file has them already),
             # so plans are findable by status, goal and cost from the first run on.
             *dev_server_args(),
+            # One history shard: its queue readers' rate must not pace every step.
+            *dynamic_config_args(),
         ]
         args += ["--ui-port", str(ui_port)] if self._ui else ["--headless"]
         if namespace != "default":  # "default" always exists

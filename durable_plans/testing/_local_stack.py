@@ -30,6 +30,7 @@ from temporalio.testing import WorkflowEnvironment
 from durable_plans.activities.scripted_model import LATENCY_ENV, SCRIPTED_MODEL
 from durable_plans.client import Client
 from durable_plans.connection import DEFAULT_NAMESPACE, TemporalAccess
+from durable_plans.dev_server import dynamic_config_args
 from durable_plans.domain import search_attributes
 from durable_plans.embedded import DEV_SERVER_STARTUP, temporal_binary
 from durable_plans.plugin import DurablePlansPlugin
@@ -106,6 +107,7 @@ async def local_stack(
             dev_server_existing_path=str(temporal_binary()),
             plugins=[DurablePlansPlugin(settings=worker_settings)],
             dev_server_log_level="error",
+            dev_server_extra_args=dynamic_config_args(),
             search_attributes=search_attributes.ALL,
         )
         stack.push_async_callback(env.shutdown)

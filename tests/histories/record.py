@@ -35,6 +35,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.cli.replay_command import RunHistory, collect_runs, replay_runs, save_runs
 from durable_plans.client._approvals import decide, pending_calls
+from durable_plans.dev_server import dynamic_config_args
 from durable_plans.domain.agents import BUILTIN_CATALOG
 from durable_plans.domain.approval_rules import ApprovalPolicy
 from durable_plans.domain.contracts import PlanInput
@@ -563,6 +564,7 @@ async def record(names: Sequence[str]) -> None:
             dev_server_existing_path=temporal_binary(),
             plugins=[DurablePlansPlugin()],
             dev_server_log_level="error",
+            dev_server_extra_args=dynamic_config_args(),
         )
         try:
             async with in_process_worker(server, tmp) as env:

@@ -46,6 +46,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from durable_plans.activities.spend import call_ledger
+from durable_plans.dev_server import dynamic_config_args
 from durable_plans.domain import ids as domain_ids
 from durable_plans.domain.ids import merged_result_id, snapshot_id
 from durable_plans.domain.models import (
@@ -677,6 +678,7 @@ class DevServer:
                 str(self.ui_port),
                 "--log-level",
                 "error",
+                *dynamic_config_args(),
             ],
             stdin=subprocess.DEVNULL,
             stdout=self._log,

@@ -23,6 +23,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from durable_plans.dev_server import dynamic_config_args
 from durable_plans.domain import search_attributes
 from durable_plans.domain.models import Plan, PlanReport
 from durable_plans.embedded import DEV_SERVER_STARTUP
@@ -57,6 +58,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=temporal_binary(),
         plugins=[DurablePlansPlugin()],
         dev_server_log_level="error",
+        dev_server_extra_args=dynamic_config_args(),  # as every server we start
         # Registered like the embedded server and `dplan setup` do, so every plan test
         # runs the search-attribute path (tests/integration/test_visibility.py).
         search_attributes=search_attributes.ALL,

@@ -21,6 +21,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.codec_server import running_codec_server
+from durable_plans.dev_server import dynamic_config_args
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, Subtask
 from durable_plans.embedded import DEV_SERVER_STARTUP, free_port
@@ -60,6 +61,7 @@ async def test_temporal_web_shows_the_decoded_plan_input(tmp_path: Path) -> None
                 "--ui-codec-endpoint",
                 codec_server.url,
                 "--ui-disable-news-fetch",
+                *dynamic_config_args(),
             ],
             dev_server_log_level="error",
             plugins=[DurablePlansPlugin()],

@@ -28,6 +28,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_plans import TemporalUnreachable
 from durable_plans.connection import TemporalAccess
+from durable_plans.dev_server import dynamic_config_args
 from durable_plans.embedded import DEV_SERVER_STARTUP, EmbeddedTemporal, free_port
 from durable_plans.settings import Settings
 from durable_plans.temporal_client import connect
@@ -51,6 +52,7 @@ async def profile_server() -> AsyncIterator[WorkflowEnvironment]:
         namespace=PROFILE_NAMESPACE,
         dev_server_existing_path=temporal_binary(),
         dev_server_log_level="error",
+        dev_server_extra_args=dynamic_config_args(),
     )
     try:
         yield env

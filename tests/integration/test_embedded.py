@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import os
 import socket
 import time
@@ -38,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         wait_for_report,
         worker_count,
     )
+    from durable_plans.dev_server import DYNAMIC_CONFIG
     from durable_plans.domain.contracts import PlanInput
     from durable_plans.domain.models import (
         ErrorInfo,
@@ -204,6 +206,17 @@ async def test_started_server_uses_free_target_port_state_dir_and_ui(
     assert server.db_path.exists()
     assert server.ui_url is not None and server.ui_url.startswith("http://localhost:")
     assert await is_reachable(server.ui_url.removeprefix("http://"))
+
+
+def test_the_started_server_runs_with_the_dev_server_dynamic_config(
+    server: EmbeddedTemporal,
+) -> None:
+    """Its one history shard must not pace every step (durable_plans/dev_server.py)."""
+    assert server.pid is not None
+    argv = Path(f"/proc/{server.pid}/cmdline").read_bytes().decode().split("\0")
+    pairs = list(itertools.pairwise(argv))
+    for key, value in DYNAMIC_CONFIG.items():
+        assert ("--dynamic-config-value", f"{key}={value}") in pairs, (key, argv)
 
 
 async def test_completed_plan_round_trip_through_built_worker(

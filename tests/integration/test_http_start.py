@@ -24,6 +24,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
+from durable_plans.dev_server import dynamic_config_args
 from durable_plans.domain.failures import FailureType, invalid_plan_problems
 from durable_plans.domain.models import PlanReport, PlanStatus
 from durable_plans.embedded import DEV_SERVER_STARTUP
@@ -57,7 +58,7 @@ async def http_server() -> AsyncIterator[HttpServer]:
         dev_server_existing_path=temporal_binary(),
         plugins=[DurablePlansPlugin()],
         dev_server_log_level="error",
-        dev_server_extra_args=["--http-port", str(port)],
+        dev_server_extra_args=["--http-port", str(port), *dynamic_config_args()],
     )
     try:
         yield HttpServer(env, port)

@@ -23,6 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.cli.main import main
 from durable_plans.client import Client as PlansClient
+from durable_plans.dev_server import dynamic_config_args
 from durable_plans.domain import search_attributes as sa
 from durable_plans.domain.models import Plan, PlanStatus
 from durable_plans.embedded import DEV_SERVER_STARTUP
@@ -284,6 +285,7 @@ async def test_without_registered_attributes_plans_run_with_one_warning_then_set
         dev_server_existing_path=temporal_binary(),
         plugins=[DurablePlansPlugin()],
         dev_server_log_level="error",
+        dev_server_extra_args=dynamic_config_args(),
     )
     try:
         client = env.client

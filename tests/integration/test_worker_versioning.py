@@ -30,6 +30,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from durable_plans import Client as PlansClient
+from durable_plans.dev_server import dynamic_config_args
 from durable_plans.domain import search_attributes
 from durable_plans.domain.approval_rules import ApprovalPolicy
 from durable_plans.domain.models import PlanStatus
@@ -74,6 +75,7 @@ async def versioned_env() -> AsyncIterator[WorkflowEnvironment]:
             "matching.numTaskqueueReadPartitions=1",
             "--dynamic-config-value",
             "matching.numTaskqueueWritePartitions=1",
+            *dynamic_config_args(),
         ],
     )
     try:

@@ -14,7 +14,8 @@ never one above):
    ``sandbox_runner``;
 4. the worker side of Temporal: ``plugin``, ``namespace_setup`` (search attributes, which
    the plugin checks at start), ``temporal_client`` (``connect`` and Temporal Web links),
-   ``worker``, ``embedded``, ``codec_server``;
+   ``worker``, ``embedded`` and ``dev_server`` (the dynamic config of the dev servers we
+   start), ``codec_server``;
 5. ``client/``: the one door;
 6. front ends: ``cli/``, ``ui/`` (the page) and ``testing/``.
 
@@ -59,6 +60,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "durable_plans.temporal_client",
         "durable_plans.worker",
         "durable_plans.embedded",
+        "durable_plans.dev_server",
         "durable_plans.codec_server",
     ),
     ("durable_plans.client",),
