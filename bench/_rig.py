@@ -24,6 +24,7 @@ from temporalio.runtime import Runtime
 from temporalio.testing import WorkflowEnvironment
 
 from durable_plans.activities.scripted_model import LATENCY_ENV, SCRIPTED_MODEL
+from durable_plans.dev_server import dynamic_config_args
 from durable_plans.domain.contracts import PlanInput
 from durable_plans.domain.models import Plan, PlanReport, PlanStatus
 from durable_plans.embedded import DEV_SERVER_STARTUP, temporal_binary
@@ -127,6 +128,7 @@ async def embedded_server(runtime: Runtime | None = None) -> AsyncIterator[Workf
             dev_server_existing_path=str(temporal_binary()),
             plugins=[DurablePlansPlugin()],
             dev_server_log_level="error",
+            dev_server_extra_args=dynamic_config_args(),
             **extra,
         )
     try:

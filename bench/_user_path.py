@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from durable_plans.dev_server import dynamic_config_args
 from durable_plans.domain.search_attributes import dev_server_args
 from durable_plans.embedded import temporal_binary
 
@@ -71,17 +72,23 @@ class DevServer:
 
 
 @contextlib.contextmanager
-def dev_server(tmp: Path, kind: str, dynamic_config: Sequence[str] = ()) -> Iterator[DevServer]:
+def dev_server(
+    tmp: Path, kind: str, dynamic_config: Sequence[str] = (), *, tuned: bool = True
+) -> Iterator[DevServer]:
     """A dev server process with the project's search attributes registered (as
     ``dplan run --embedded`` and ``dplan setup`` leave it); ``kind`` "file" gives it a
     state file in ``tmp``, as ``--embedded`` does; ``dynamic_config`` adds
-    ``--dynamic-config-value KEY=VALUE`` settings (``bench/priority.py``)."""
+    ``--dynamic-config-value KEY=VALUE`` settings (``bench/priority.py``). ``tuned``
+    False leaves out the dynamic config every server we start has
+    (``durable_plans.dev_server``): Temporal's defaults, for ``bench.dev_server``."""
     if kind not in SERVER_KINDS:
         raise ValueError(f"server kind {kind!r}: one of {SERVER_KINDS}")
     port = _free_port()
     argv = [str(temporal_binary()), "server", "start-dev", "--headless", "--ip", "127.0.0.1"]
     argv += ["--port", str(port), "--http-port", str(_free_port())]
     argv += ["--metrics-port", str(_free_port()), "--log-level", "error", *dev_server_args()]
+    if tuned:
+        argv += dynamic_config_args()  # as --embedded starts it
     if kind == "file":
         argv += ["--db-filename", str(tmp / f"temporal-{port}.db")]
     for value in dynamic_config:
