@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import time
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,10 +25,17 @@ import pytest
 from temporalio.client import WorkflowFailureError
 
 from durable_plans.client import Client as PlansClient
-from durable_plans.client import PlanNotFound, SubtaskChanges
+from durable_plans.client import PlanNotFound, Refused, SubtaskChanges
 from durable_plans.client._operator import default_operator
 from durable_plans.domain.approval_rules import QUERY_APPROVALS, ApprovalPolicy, WorkflowApprovals
-from durable_plans.domain.models import Plan, PlanReport, PlanStatus, Subtask, SubtaskStatus
+from durable_plans.domain.models import (
+    Notify,
+    Plan,
+    PlanReport,
+    PlanStatus,
+    Subtask,
+    SubtaskStatus,
+)
 from durable_plans.testing import FakeProvider
 from durable_plans.ui import UiSecurity, running_ui
 from durable_plans.ui.server import UiServer
@@ -35,6 +44,7 @@ from tests.integration.conftest import Harness
 from tests.integration.gates import GatedProvider, first_call_of
 from tests.integration.plans import by_id, make_plan
 from tests.integration.stored import subtask_messages, tool_answers
+from tests.integration.webhook_receiver import Answer, WebhookReceiver, new_secret
 
 pytestmark = [
     pytest.mark.integration,
@@ -415,11 +425,16 @@ async def log_kinds_until(client: PlansClient, plan_id: str, want: list[str]) ->
 
 
 async def flashed(cdp: Cdp, words: str) -> None:
-    """Wait until the page's message says ``words`` (the answer to the last action)."""
-    await cdp.wait_for(
-        f"document.getElementById('flash').textContent.includes({json.dumps(words)})",
-        timeout_s=WAIT_S,
-    )
+    """Wait until the page's message says ``words`` (the answer to the last action); on a
+    timeout, say what it says instead."""
+    try:
+        await cdp.wait_for(
+            f"document.getElementById('flash').textContent.includes({json.dumps(words)})",
+            timeout_s=WAIT_S,
+        )
+    except TimeoutError:
+        shown = await cdp.evaluate("document.getElementById('flash').textContent")
+        raise AssertionError(f"the page's message is {shown!r}, not {words!r}") from None
 
 
 async def test_the_log_lists_every_decision_taken_from_the_page(
@@ -510,6 +525,45 @@ async def test_the_log_lists_every_decision_taken_from_the_page(
     ] * 5
     budget = next(e for e in report.log if e.kind == "budget")
     assert budget.detail == "max_tokens 1,000,000,000"
+
+
+async def test_retry_is_offered_once_the_run_has_closed_not_while_it_winds_down(
+    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed plan's report reads as ended while its run still winds down (here its
+    webhook, held, is still being told): a retry asked then is refused as still running,
+    so the page offers it only once the run has closed. Offered at the first report that
+    read as ended, a click could meet that refusal (the likely cause of a fresh-clone
+    failure of the log test above, whose retry never said "retrying")."""
+    secret_env = f"DPLAN_TEST_HOOK_{uuid.uuid4().hex[:8].upper()}"
+    monkeypatch.setenv(secret_env, new_secret())
+    hold = asyncio.Event()
+    retry_button = "document.querySelector('#plan-controls button[data-action=\"retry\"]') !== null"
+    async with WebhookReceiver(os.environ[secret_env], [Answer(200)], hold=hold) as hook:
+        plan = make_plan([("bad", "Break it [fail:400]", [])], prefix="ui-wind")
+        plan = plan.model_copy(update={"notify": Notify(webhook=hook.url, secret_env=secret_env)})
+        await harness.start(plan)
+        client = PlansClient(harness.client, harness.settings)
+        try:
+            async with ui_for(harness) as ui, headless_chromium(tmp_path) as cdp:
+                await open_page(cdp, f"{ui.url}#/plan/{plan.id}")
+                await asyncio.wait_for(hook.arrived.wait(), timeout=WAIT_S)
+                # The run waits on its webhook: its report says failed, the page shows it.
+                await cdp.wait_for(
+                    "document.getElementById('plan-status').dataset.status === 'failed'",
+                    timeout_s=WAIT_S,
+                )
+                assert not await cdp.evaluate(retry_button)
+                with pytest.raises(Refused, match="still running"):
+                    await client.retry(plan.id)
+                hold.set()
+                await cdp.wait_for(retry_button, timeout_s=WAIT_S)
+                await click(cdp, '#plan-controls button[data-action="retry"]')
+                await flashed(cdp, "retrying: bad")
+        finally:
+            hold.set()
+            with contextlib.suppress(Exception):
+                await client.cancel(plan.id)
 
 
 async def test_a_subtask_added_from_the_panel_appears_live_and_a_fork_from_it_links_back(

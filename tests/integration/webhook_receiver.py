@@ -49,13 +49,23 @@ class Answer:
 
 
 class WebhookReceiver:
-    """An aiohttp server on 127.0.0.1 (``port`` 0: any free port) answering per ``script``."""
+    """An aiohttp server on 127.0.0.1 (``port`` 0: any free port) answering per ``script``;
+    with ``hold``, each request waits for that event before it is answered."""
 
-    def __init__(self, secret: str, script: Sequence[Answer], *, port: int = 0) -> None:
+    def __init__(
+        self,
+        secret: str,
+        script: Sequence[Answer],
+        *,
+        port: int = 0,
+        hold: asyncio.Event | None = None,
+    ) -> None:
         self._verifier = Webhook(secret)
         self._script = list(script)
         self._port = port
+        self._hold = hold  # set: a request is answered only once it is set
         self.received: list[Received] = []
+        self.arrived = asyncio.Event()
         self.delivered = asyncio.Event()
         self._runner: web.AppRunner | None = None
 
@@ -87,6 +97,9 @@ class WebhookReceiver:
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.read()
+        self.arrived.set()
+        if self._hold is not None:
+            await self._hold.wait()
         headers = {k.lower(): v for k, v in request.headers.items()}
         try:
             self._verifier.verify(body, headers)

@@ -291,7 +291,12 @@
       const box = $("plan-controls");
       const status = this.report ? this.report.status : null;
       const open = G.planOpen(this.report);
-      const mode = this.readOnly ? "none" : open ? "open" : status && status !== "completed" ? "ended" : "none";
+      // Retry is offered once the run has closed (the "ended" event), not when the report
+      // first reads as ended: a cancelled or failed plan's report says so while its run
+      // still winds down (children cancelled, the end published), and a retry asked then
+      // is refused as "still running".
+      const ended = this.closed && status && status !== "completed";
+      const mode = this.readOnly ? "none" : open ? "open" : ended ? "ended" : "none";
       if (box.dataset.mode === mode) return;
       box.dataset.mode = mode;
       box.replaceChildren();
