@@ -67,19 +67,21 @@ async def one_server(tuned: bool, shapes: tuple[tuple[str, int], ...]) -> list[R
     return runs
 
 
+def _median(runs: list[Run], tuned: bool, shape: str, field: str) -> float:
+    values = [getattr(r, field) for r in runs if r.tuned is tuned and r.shape == shape]
+    return statistics.median(values) if values else float("nan")
+
+
 def report(runs: list[Run]) -> None:
     print("\nshape        wall with/without   worker CPU   server CPU   (medians' ratios)")
     for shape, size in SHAPES:
-
-        def median(tuned: bool, field: str, shape: str = shape) -> float:
-            values = [getattr(r, field) for r in runs if r.tuned is tuned and r.shape == shape]
-            return statistics.median(values) if values else float("nan")
-
-        ratios = [
-            median(True, f) / median(False, f) for f in ("wall_s", "worker_cpu_s", "server_cpu_s")
-        ]
+        with_, without = (
+            [_median(runs, tuned, shape, f) for f in ("wall_s", "worker_cpu_s", "server_cpu_s")]
+            for tuned in (True, False)
+        )
+        ratios = [a / b for a, b in zip(with_, without, strict=True)]
         print(
-            f"{shape} {size:<5}  {median(True, 'wall_s'):6.2f} / {median(False, 'wall_s'):6.2f} s"
+            f"{shape} {size:<5}  {with_[0]:6.2f} / {without[0]:6.2f} s"
             f" = {ratios[0]:.2f}    {ratios[1]:.2f}         {ratios[2]:.2f}"
         )
 
@@ -87,10 +89,8 @@ def report(runs: list[Run]) -> None:
 async def run(rounds: int) -> None:
     print(f"load before: {load()}")
     runs: list[Run] = []
-    order = [True, False] * rounds
-    for i in range(1, len(order), 2):  # with, without, without, with, ...
-        if (i // 2) % 2:
-            order[i - 1], order[i] = order[i], order[i - 1]
+    # with, without, without, with, ...: each round turns the order of the last round.
+    order = [t for r in range(rounds) for t in ((True, False) if r % 2 == 0 else (False, True))]
     for tuned in order:
         runs += await one_server(tuned, SHAPES)
     report(runs)

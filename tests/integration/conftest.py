@@ -34,6 +34,7 @@ from durable_plans.settings import Settings
 from durable_plans.testing import FakeProvider
 from durable_plans.worker import build_worker
 from tests.integration.plans import start_plan_workflow
+from tests.integration.webhook_receiver import new_secret
 
 if TYPE_CHECKING:  # chaos_crew imports this module (FAKE_KEY): no import at run time
     from tests.integration.chaos_crew import RoundLog
@@ -213,6 +214,15 @@ async def harness_on(client: Client, provider: FakeProvider, tmp: Path) -> Async
 async def harness(client: Client, provider: FakeProvider, tmp_path: Path) -> AsyncIterator[Harness]:
     async with harness_on(client, provider, tmp_path) as h:
         yield h
+
+
+@pytest.fixture
+def secret_env(monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """A fresh ``whsec_`` secret in the (in-process) worker's environment: (name, value)."""
+    name = f"DPLAN_TEST_HOOK_{uuid.uuid4().hex[:8].upper()}"
+    value = new_secret()
+    monkeypatch.setenv(name, value)
+    return name, value
 
 
 @pytest.fixture

@@ -102,15 +102,6 @@ async def regular_harness(
         yield h
 
 
-@pytest.fixture
-def secret_env(monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
-    """A fresh ``whsec_`` secret in the (in-process) worker's environment: (name, value)."""
-    name = f"DPLAN_TEST_HOOK_{uuid.uuid4().hex[:8].upper()}"
-    value = new_secret()
-    monkeypatch.setenv(name, value)
-    return name, value
-
-
 def with_notify(plan: Plan, url: str, env: str, deliver_for_s: float | None = None) -> Plan:
     notify = Notify(webhook=url, secret_env=env, deliver_for_s=deliver_for_s)
     return plan.model_copy(update={"notify": notify})

@@ -12,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -44,7 +42,7 @@ from tests.integration.conftest import Harness
 from tests.integration.gates import GatedProvider, first_call_of
 from tests.integration.plans import by_id, make_plan
 from tests.integration.stored import subtask_messages, tool_answers
-from tests.integration.webhook_receiver import Answer, WebhookReceiver, new_secret
+from tests.integration.webhook_receiver import Answer, WebhookReceiver
 
 pytestmark = [
     pytest.mark.integration,
@@ -528,20 +526,19 @@ async def test_the_log_lists_every_decision_taken_from_the_page(
 
 
 async def test_retry_is_offered_once_the_run_has_closed_not_while_it_winds_down(
-    harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    harness: Harness, tmp_path: Path, secret_env: tuple[str, str]
 ) -> None:
     """A failed plan's report reads as ended while its run still winds down (here its
     webhook, held, is still being told): a retry asked then is refused as still running,
     so the page offers it only once the run has closed. Offered at the first report that
     read as ended, a click could meet that refusal (the likely cause of a fresh-clone
     failure of the log test above, whose retry never said "retrying")."""
-    secret_env = f"DPLAN_TEST_HOOK_{uuid.uuid4().hex[:8].upper()}"
-    monkeypatch.setenv(secret_env, new_secret())
+    env, secret = secret_env
     hold = asyncio.Event()
     retry_button = "document.querySelector('#plan-controls button[data-action=\"retry\"]') !== null"
-    async with WebhookReceiver(os.environ[secret_env], [Answer(200)], hold=hold) as hook:
+    async with WebhookReceiver(secret, [Answer(200)], hold=hold) as hook:
         plan = make_plan([("bad", "Break it [fail:400]", [])], prefix="ui-wind")
-        plan = plan.model_copy(update={"notify": Notify(webhook=hook.url, secret_env=secret_env)})
+        plan = plan.model_copy(update={"notify": Notify(webhook=hook.url, secret_env=env)})
         await harness.start(plan)
         client = PlansClient(harness.client, harness.settings)
         try:
